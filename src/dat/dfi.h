@@ -1,0 +1,216 @@
+/*
+ * dapl-ofi, the DAT face: objects, handle validation, DAT return codes.
+ * Knows DAT; reaches libfabric only through src/fabric/fabric.h.
+ *
+ * Every object starts with the DAT_PROVIDER pointer (the registry
+ * dispatches through the first word of a handle), then a type tag that every
+ * entry point checks.  A freed object is poisoned (tag DFI_T_DEAD) and kept in
+ * a bounded quarantine, so a stale handle is rejected, not followed.
+ *
+ * Lock order: provider list -> IA -> EVD -> CNO (event.h).  IA lock guards the
+ * IA's object list, counts and the dependency references between objects.
+ */
+#ifndef DFI_DAT_H
+#define DFI_DAT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <pthread.h>
+#include <netinet/in.h>
+#include <dat2/udat.h>
+#include <dat2/dat_registry.h>
+
+#include "event/event.h"
+#include "util/daterr.h"
+#include "util/log.h"
+
+struct dfi_fabric;
+struct dfi_mr;
+
+/* Type tags: distinctive values, so garbage is unlikely to pass as a tag. */
+enum dfi_type {
+	DFI_T_DEAD = 0x0fd0dead,
+	DFI_T_IA   = 0x0fd10001,
+	DFI_T_PZ   = 0x0fd10002,
+	DFI_T_LMR  = 0x0fd10003,
+	DFI_T_EVD  = 0x0fd10004,
+	DFI_T_CNO  = 0x0fd10005,
+	DFI_T_EP   = 0x0fd10006,
+	DFI_T_PSP  = 0x0fd10007,
+	DFI_T_RSP  = 0x0fd10008,
+	DFI_T_CR   = 0x0fd10009,
+	DFI_T_RMR  = 0x0fd1000a,
+	DFI_T_SRQ  = 0x0fd1000b,
+	DFI_T_CSP  = 0x0fd1000c,
+};
+
+struct dfi_ia;
+
+struct dfi_obj {
+	DAT_PROVIDER *provider;		/* must stay the first word */
+	uint32_t type;			/* enum dfi_type */
+	uint32_t size;			/* allocation size, for the quarantine */
+	DAT_CONTEXT context;		/* dat_set/get_consumer_context */
+	struct dfi_ia *ia;
+	struct dfi_obj *prev, *next;	/* the IA's object list */
+};
+
+/* Parsed ia_params of one dat.conf entry. */
+struct dfi_config {
+	char prov_name[64];		/* libfabric provider */
+	char where[128];		/* netdev, IPv4 literal or host name */
+	char domain[64];		/* optional libfabric domain name */
+	unsigned mtu;			/* exported as DAT_IB_TRANSPORT_MTU */
+	bool rdma_read;			/* exported as DAT_IB_RDMA_READ */
+	char error[256];		/* non-empty: ia_params did not parse */
+};
+
+/* One per IA name the registry handed us (dat_provider_init). */
+struct dfi_provider {
+	DAT_PROVIDER table;		/* provider->extension points back here */
+	DAT_PROVIDER_INFO info;
+	char ia_params[512];
+	struct dfi_config cfg;
+	char mtu_str[16];
+	struct dfi_provider *next;
+};
+
+struct dfi_evd;
+
+struct dfi_ia {
+	struct dfi_obj hdr;
+	struct dfi_provider *prov;
+	struct dfi_fabric *fab;
+	struct dfi_evd *async_evd;
+	struct sockaddr_in addr;
+	pthread_mutex_t lock;
+	struct dfi_obj objs;		/* list head (sentinel) */
+	int n_pz, n_lmr, n_evd, n_cno;
+	DAT_NAMED_ATTR prov_attr[4];
+	int n_prov_attr;
+};
+
+struct dfi_pz {
+	struct dfi_obj hdr;
+	int refs;			/* LMRs, EPs, SRQs, RMRs in it (IA lock) */
+};
+
+struct dfi_lmr {
+	struct dfi_obj hdr;
+	struct dfi_pz *pz;
+	DAT_MEM_TYPE mem_type;
+	DAT_REGION_DESCRIPTION region;
+	DAT_VLEN length;
+	DAT_MEM_PRIV_FLAGS priv;
+	DAT_VA_TYPE va_type;
+	struct dfi_mr *mr;
+	DAT_LMR_CONTEXT lmr_context;
+	DAT_RMR_CONTEXT rmr_context;
+	DAT_VADDR addr;
+	int refs;			/* LMRs registered on top of it (IA lock) */
+	struct dfi_lmr *base;		/* DAT_MEM_TYPE_LMR: the LMR it shares */
+};
+
+struct dfi_cno_obj {
+	struct dfi_obj hdr;
+	struct dfi_cno core;
+};
+
+struct dfi_evd {
+	struct dfi_obj hdr;
+	struct dfi_evq q;
+};
+
+/* ---------------------------------------------------------------- handles */
+
+static inline void *dfi_obj_get(const void *h, enum dfi_type type)
+{
+	const struct dfi_obj *o = h;
+
+	if (!o || ((uintptr_t)o & 7u) || o->type != (uint32_t)type)
+		return NULL;
+	return (void *)o;
+}
+
+/* Allocate a zeroed object of `size` bytes, tagged, linked into ia's list. */
+void *dfi_obj_new(struct dfi_ia *ia, enum dfi_type type, size_t size);
+/* Unlink (IA lock taken inside), poison and quarantine. */
+void dfi_obj_retire(void *obj);
+/* Free every quarantined object (library unload). */
+void dfi_quarantine_flush(void);
+
+/* ------------------------------------------------------------ the objects */
+
+extern const DAT_BOOLEAN dfi_merging[6][6];
+
+DAT_RETURN dfi_ia_open(const DAT_NAME_PTR name, DAT_COUNT async_qlen,
+		       DAT_EVD_HANDLE *async_evd, DAT_IA_HANDLE *ia);
+DAT_RETURN dfi_ia_query(DAT_IA_HANDLE ia, DAT_EVD_HANDLE *async_evd,
+			DAT_IA_ATTR_MASK ia_mask, DAT_IA_ATTR *ia_attr,
+			DAT_PROVIDER_ATTR_MASK pr_mask, DAT_PROVIDER_ATTR *pr_attr);
+DAT_RETURN dfi_ia_close(DAT_IA_HANDLE ia, DAT_CLOSE_FLAGS flags);
+
+DAT_RETURN dfi_set_consumer_context(DAT_HANDLE h, DAT_CONTEXT ctx);
+DAT_RETURN dfi_get_consumer_context(DAT_HANDLE h, DAT_CONTEXT *ctx);
+DAT_RETURN dfi_get_handle_type(DAT_HANDLE h, DAT_HANDLE_TYPE *type);
+
+DAT_RETURN dfi_pz_create(DAT_IA_HANDLE ia, DAT_PZ_HANDLE *pz);
+DAT_RETURN dfi_pz_query(DAT_PZ_HANDLE pz, DAT_PZ_PARAM_MASK mask, DAT_PZ_PARAM *param);
+DAT_RETURN dfi_pz_free(DAT_PZ_HANDLE pz);
+void dfi_pz_destroy(struct dfi_pz *pz);
+
+DAT_RETURN dfi_lmr_create(DAT_IA_HANDLE ia, DAT_MEM_TYPE type, DAT_REGION_DESCRIPTION desc,
+			  DAT_VLEN len, DAT_PZ_HANDLE pz, DAT_MEM_PRIV_FLAGS priv,
+			  DAT_VA_TYPE va_type, DAT_LMR_HANDLE *lmr, DAT_LMR_CONTEXT *lctx,
+			  DAT_RMR_CONTEXT *rctx, DAT_VLEN *reg_len, DAT_VADDR *reg_addr);
+DAT_RETURN dfi_lmr_query(DAT_LMR_HANDLE lmr, DAT_LMR_PARAM_MASK mask, DAT_LMR_PARAM *param);
+DAT_RETURN dfi_lmr_free(DAT_LMR_HANDLE lmr);
+DAT_RETURN dfi_lmr_sync_rdma_read(DAT_IA_HANDLE ia, const DAT_LMR_TRIPLET *iov, DAT_VLEN n);
+DAT_RETURN dfi_lmr_sync_rdma_write(DAT_IA_HANDLE ia, const DAT_LMR_TRIPLET *iov, DAT_VLEN n);
+void dfi_lmr_destroy(struct dfi_lmr *lmr);
+
+DAT_RETURN dfi_evd_create(DAT_IA_HANDLE ia, DAT_COUNT qlen, DAT_CNO_HANDLE cno,
+			  DAT_EVD_FLAGS flags, DAT_EVD_HANDLE *evd);
+DAT_RETURN dfi_evd_query(DAT_EVD_HANDLE evd, DAT_EVD_PARAM_MASK mask, DAT_EVD_PARAM *param);
+DAT_RETURN dfi_evd_modify_cno(DAT_EVD_HANDLE evd, DAT_CNO_HANDLE cno);
+DAT_RETURN dfi_evd_enable(DAT_EVD_HANDLE evd);
+DAT_RETURN dfi_evd_disable(DAT_EVD_HANDLE evd);
+DAT_RETURN dfi_evd_wait(DAT_EVD_HANDLE evd, DAT_TIMEOUT timeout, DAT_COUNT threshold,
+			DAT_EVENT *event, DAT_COUNT *nmore);
+DAT_RETURN dfi_evd_resize(DAT_EVD_HANDLE evd, DAT_COUNT qlen);
+DAT_RETURN dfi_evd_post_se(DAT_EVD_HANDLE evd, const DAT_EVENT *event);
+DAT_RETURN dfi_evd_dequeue(DAT_EVD_HANDLE evd, DAT_EVENT *event);
+DAT_RETURN dfi_evd_free(DAT_EVD_HANDLE evd);
+DAT_RETURN dfi_evd_set_unwaitable(DAT_EVD_HANDLE evd);
+DAT_RETURN dfi_evd_clear_unwaitable(DAT_EVD_HANDLE evd);
+/* Create an EVD object (no argument checks); used for the async EVD. */
+DAT_RETURN dfi_evd_new(struct dfi_ia *ia, DAT_COUNT qlen, struct dfi_cno_obj *cno,
+		       DAT_EVD_FLAGS flags, struct dfi_evd **out);
+/* IA close: wake and wait out the waiter, then free. */
+void dfi_evd_destroy(struct dfi_evd *evd);
+
+DAT_RETURN dfi_cno_create(DAT_IA_HANDLE ia, DAT_OS_WAIT_PROXY_AGENT agent, DAT_CNO_HANDLE *cno);
+DAT_RETURN dfi_cno_fd_create(DAT_IA_HANDLE ia, DAT_FD *fd, DAT_CNO_HANDLE *cno);
+DAT_RETURN dfi_cno_modify_agent(DAT_CNO_HANDLE cno, DAT_OS_WAIT_PROXY_AGENT agent);
+DAT_RETURN dfi_cno_query(DAT_CNO_HANDLE cno, DAT_CNO_PARAM_MASK mask, DAT_CNO_PARAM *param);
+DAT_RETURN dfi_cno_free(DAT_CNO_HANDLE cno);
+DAT_RETURN dfi_cno_wait_api(DAT_CNO_HANDLE cno, DAT_TIMEOUT timeout, DAT_EVD_HANDLE *evd);
+DAT_RETURN dfi_cno_trigger_api(DAT_CNO_HANDLE cno, DAT_EVD_HANDLE *evd);
+void dfi_cno_destroy(struct dfi_cno_obj *cno);
+
+struct dfi_provider *dfi_provider_find(const char *ia_name);
+
+/* stubs.c: every slot not built yet. */
+void dfi_fill_stubs(DAT_PROVIDER *p);
+
+/* IA limits we report and enforce. */
+#define DFI_MAX_PZS		1024
+#define DFI_MAX_LMRS		65536
+#define DFI_MAX_EVDS		4096
+#define DFI_MAX_CNOS		4096
+#define DFI_MAX_LMR_BLOCK	(1u << 30)
+
+/* Convenience for argument rejections: log why, return the code. */
+#define DFI_REJECT(code, ...) ({ dfi_reject(DFI_SS_API, __VA_ARGS__); (code); })
+
+#endif

@@ -1,0 +1,260 @@
+/* The DAT face of the Event Dispatcher: handle and argument checks, then the
+ * event core (src/event/evd_core.c) does the work. */
+#include "dfi.h"
+
+#include <stddef.h>
+
+#define EVD_STREAMS (DAT_EVD_SOFTWARE_FLAG | DAT_EVD_CR_FLAG | DAT_EVD_DTO_FLAG | \
+		     DAT_EVD_CONNECTION_FLAG | DAT_EVD_RMR_BIND_FLAG | DAT_EVD_ASYNC_FLAG)
+
+static struct dfi_evd *evd_get(DAT_EVD_HANDLE h)
+{
+	return dfi_obj_get(h, DFI_T_EVD);
+}
+
+#define EVD_OR_REJECT(evd, h) do {						\
+		(evd) = evd_get(h);						\
+		if (!(evd))							\
+			return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE1), \
+					  "%p is not an EVD handle", (void *)(h)); \
+	} while (0)
+
+static struct dfi_cno_obj *cno_of(struct dfi_ia *ia, DAT_CNO_HANDLE h)
+{
+	struct dfi_cno_obj *c = dfi_obj_get(h, DFI_T_CNO);
+
+	return c && c->hdr.ia == ia ? c : NULL;
+}
+
+/* Stream index in the merging matrix: bit order of DAT_EVD_FLAGS. */
+static bool merge_ok(DAT_EVD_FLAGS flags)
+{
+	static const DAT_EVD_FLAGS bit[6] = {
+		DAT_EVD_SOFTWARE_FLAG, DAT_EVD_CR_FLAG, DAT_EVD_DTO_FLAG,
+		DAT_EVD_CONNECTION_FLAG, DAT_EVD_RMR_BIND_FLAG, DAT_EVD_ASYNC_FLAG,
+	};
+
+	for (int i = 0; i < 6; i++)
+		for (int j = 0; j < 6; j++)
+			if ((flags & bit[i]) && (flags & bit[j]) && !dfi_merging[i][j])
+				return false;
+	return true;
+}
+
+DAT_RETURN dfi_evd_new(struct dfi_ia *ia, DAT_COUNT qlen, struct dfi_cno_obj *cno,
+		       DAT_EVD_FLAGS flags, struct dfi_evd **out)
+{
+	struct dfi_evd *evd;
+	bool full;
+
+	pthread_mutex_lock(&ia->lock);
+	full = ia->n_evd >= DFI_MAX_EVDS;
+	if (!full)
+		ia->n_evd++;
+	pthread_mutex_unlock(&ia->lock);
+	if (full)
+		return DFI_REJECT(DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_TEVD),
+				  "IA already has max_evds (%d) EVDs", DFI_MAX_EVDS);
+	evd = dfi_obj_new(ia, DFI_T_EVD, sizeof(*evd));
+	if (!evd || dfi_evq_init(&evd->q, evd, qlen, flags,
+				 ia->async_evd ? &ia->async_evd->q : NULL) != 0) {
+		if (evd)
+			dfi_obj_retire(evd);
+		pthread_mutex_lock(&ia->lock);
+		ia->n_evd--;
+		pthread_mutex_unlock(&ia->lock);
+		return DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_MEMORY);
+	}
+	if (cno)
+		dfi_evq_modify_cno(&evd->q, &cno->core);
+	dfi_dbg(DFI_SS_EVD, "EVD %p: qlen %d -> %u, flags 0x%x, CNO %p", (void *)evd, qlen,
+		evd->q.qlen, (unsigned)flags, (void *)cno);
+	*out = evd;
+	return DAT_SUCCESS;
+}
+
+DAT_RETURN dfi_evd_create(DAT_IA_HANDLE h, DAT_COUNT qlen, DAT_CNO_HANDLE cnoh,
+			  DAT_EVD_FLAGS flags, DAT_EVD_HANDLE *out)
+{
+	struct dfi_ia *ia = dfi_obj_get(h, DFI_T_IA);
+	struct dfi_cno_obj *cno = NULL;
+	struct dfi_evd *evd;
+	DAT_RETURN rc;
+
+	if (!ia)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_IA),
+				  "%p is not an IA handle", (void *)h);
+	if (qlen <= 0)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2),
+				  "EVD qlen %d must be positive", qlen);
+	if (qlen > DFI_EVD_MAX_QLEN)
+		return DFI_REJECT(DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_TEVD),
+				  "EVD qlen %d exceeds max_evd_qlen %d", qlen, DFI_EVD_MAX_QLEN);
+	if (cnoh != DAT_HANDLE_NULL && !(cno = cno_of(ia, cnoh)))
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_CNO),
+				  "%p is not a CNO of this IA", (void *)cnoh);
+	if (!(flags & EVD_STREAMS) || (flags & ~(DAT_EVD_FLAGS)EVD_STREAMS))
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG4),
+				  "EVD flags 0x%x: no stream, or unknown bits", (unsigned)flags);
+	if (!merge_ok(flags))
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG4),
+				  "EVD flags 0x%x merge the async stream with others, which "
+				  "evd_stream_merging_supported does not allow", (unsigned)flags);
+	if (!out)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG5),
+				  "EVD handle pointer is NULL");
+	rc = dfi_evd_new(ia, qlen, cno, flags, &evd);
+	if (rc == DAT_SUCCESS)
+		*out = evd;
+	return rc;
+}
+
+DAT_RETURN dfi_evd_query(DAT_EVD_HANDLE h, DAT_EVD_PARAM_MASK mask, DAT_EVD_PARAM *p)
+{
+	struct dfi_evd *evd;
+	struct dfi_cno *cno;
+
+	EVD_OR_REJECT(evd, h);
+	if (mask & ~(DAT_EVD_PARAM_MASK)DAT_EVD_FIELD_ALL)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2),
+				  "EVD param mask 0x%x has unknown bits", (unsigned)mask);
+	if (!p)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3),
+				  "EVD param pointer is NULL");
+	p->ia_handle = evd->hdr.ia;
+	dfi_evq_query(&evd->q, &p->evd_qlen, &p->evd_state, &cno);
+	p->cno_handle = cno ? cno->handle : DAT_HANDLE_NULL;
+	p->evd_flags = evd->q.flags;
+	return DAT_SUCCESS;
+}
+
+DAT_RETURN dfi_evd_modify_cno(DAT_EVD_HANDLE h, DAT_CNO_HANDLE cnoh)
+{
+	struct dfi_evd *evd;
+	struct dfi_cno_obj *cno = NULL;
+
+	EVD_OR_REJECT(evd, h);
+	if (cnoh != DAT_HANDLE_NULL && !(cno = cno_of(evd->hdr.ia, cnoh)))
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_CNO),
+				  "%p is not a CNO of this IA", (void *)cnoh);
+	dfi_evq_modify_cno(&evd->q, cno ? &cno->core : NULL);
+	return DAT_SUCCESS;
+}
+
+DAT_RETURN dfi_evd_enable(DAT_EVD_HANDLE h)
+{
+	struct dfi_evd *evd;
+
+	EVD_OR_REJECT(evd, h);
+	dfi_evq_enable(&evd->q);
+	return DAT_SUCCESS;
+}
+
+DAT_RETURN dfi_evd_disable(DAT_EVD_HANDLE h)
+{
+	struct dfi_evd *evd;
+
+	EVD_OR_REJECT(evd, h);
+	dfi_evq_disable(&evd->q);
+	return DAT_SUCCESS;
+}
+
+DAT_RETURN dfi_evd_set_unwaitable(DAT_EVD_HANDLE h)
+{
+	struct dfi_evd *evd;
+
+	EVD_OR_REJECT(evd, h);
+	dfi_evq_set_waitable(&evd->q, false);
+	return DAT_SUCCESS;
+}
+
+DAT_RETURN dfi_evd_clear_unwaitable(DAT_EVD_HANDLE h)
+{
+	struct dfi_evd *evd;
+
+	EVD_OR_REJECT(evd, h);
+	dfi_evq_set_waitable(&evd->q, true);
+	return DAT_SUCCESS;
+}
+
+DAT_RETURN dfi_evd_wait(DAT_EVD_HANDLE h, DAT_TIMEOUT timeout, DAT_COUNT threshold,
+			DAT_EVENT *event, DAT_COUNT *nmore)
+{
+	struct dfi_evd *evd;
+
+	EVD_OR_REJECT(evd, h);
+	return dfi_evq_wait(&evd->q, timeout, threshold, event, nmore);
+}
+
+DAT_RETURN dfi_evd_resize(DAT_EVD_HANDLE h, DAT_COUNT qlen)
+{
+	struct dfi_evd *evd;
+
+	EVD_OR_REJECT(evd, h);
+	return dfi_evq_resize(&evd->q, qlen);
+}
+
+DAT_RETURN dfi_evd_post_se(DAT_EVD_HANDLE h, const DAT_EVENT *event)
+{
+	struct dfi_evd *evd;
+
+	EVD_OR_REJECT(evd, h);
+	if (!(evd->q.flags & DAT_EVD_SOFTWARE_FLAG))
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG1),
+				  "EVD %p was not created with DAT_EVD_SOFTWARE_FLAG", (void *)evd);
+	if (!event)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2),
+				  "event pointer is NULL");
+	if (event->event_number != DAT_SOFTWARE_EVENT)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2),
+				  "event number 0x%x is not DAT_SOFTWARE_EVENT",
+				  (unsigned)event->event_number);
+	return dfi_evq_post_se(&evd->q, event);
+}
+
+DAT_RETURN dfi_evd_dequeue(DAT_EVD_HANDLE h, DAT_EVENT *event)
+{
+	struct dfi_evd *evd;
+
+	EVD_OR_REJECT(evd, h);
+	if (!event)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2),
+				  "event pointer is NULL");
+	return dfi_evq_dequeue(&evd->q, event);
+}
+
+static void evd_release(struct dfi_evd *evd)
+{
+	struct dfi_ia *ia = evd->hdr.ia;
+
+	dfi_evq_fini(&evd->q);
+	pthread_mutex_lock(&ia->lock);
+	ia->n_evd--;
+	pthread_mutex_unlock(&ia->lock);
+	dfi_obj_retire(evd);
+}
+
+DAT_RETURN dfi_evd_free(DAT_EVD_HANDLE h)
+{
+	struct dfi_evd *evd;
+	DAT_RETURN rc;
+
+	EVD_OR_REJECT(evd, h);
+	rc = dfi_evq_free_begin(&evd->q);
+	if (rc != DAT_SUCCESS) {
+		dfi_reject(DFI_SS_API, "EVD %p: free refused: %s", (void *)evd,
+			   DAT_GET_SUBTYPE(rc) == DAT_INVALID_STATE_EVD_WAITER ?
+			   "a thread is waiting on it" :
+			   evd == evd->hdr.ia->async_evd ? "it is the IA's async EVD" :
+			   "EPs or service points still feed it");
+		return rc;
+	}
+	evd_release(evd);
+	return DAT_SUCCESS;
+}
+
+void dfi_evd_destroy(struct dfi_evd *evd)
+{
+	dfi_evq_abort(&evd->q);
+	evd_release(evd);
+}

@@ -1,0 +1,304 @@
+/* The Interface Adapter: open (fabric + domain + async EVD), query, close. */
+#include "dfi.h"
+#include "fabric/fabric.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+/* Row/column order of DAT_EVD_FLAGS: software, CR, DTO, connection, RMR
+ * bind, async.  Every stream merges with every other, except the async
+ * stream, which stays alone (its EVD belongs to the IA). */
+const DAT_BOOLEAN dfi_merging[6][6] = {
+	{ DAT_TRUE,  DAT_TRUE,  DAT_TRUE,  DAT_TRUE,  DAT_TRUE,  DAT_FALSE },
+	{ DAT_TRUE,  DAT_TRUE,  DAT_TRUE,  DAT_TRUE,  DAT_TRUE,  DAT_FALSE },
+	{ DAT_TRUE,  DAT_TRUE,  DAT_TRUE,  DAT_TRUE,  DAT_TRUE,  DAT_FALSE },
+	{ DAT_TRUE,  DAT_TRUE,  DAT_TRUE,  DAT_TRUE,  DAT_TRUE,  DAT_FALSE },
+	{ DAT_TRUE,  DAT_TRUE,  DAT_TRUE,  DAT_TRUE,  DAT_TRUE,  DAT_FALSE },
+	{ DAT_FALSE, DAT_FALSE, DAT_FALSE, DAT_FALSE, DAT_FALSE, DAT_TRUE  },
+};
+
+static struct dfi_ia *ia_get(DAT_IA_HANDLE h)
+{
+	return dfi_obj_get(h, DFI_T_IA);
+}
+
+DAT_RETURN dfi_ia_open(const DAT_NAME_PTR name, DAT_COUNT async_qlen,
+		       DAT_EVD_HANDLE *async_evd, DAT_IA_HANDLE *ia_out)
+{
+	struct dfi_provider *p;
+	struct dfi_ia *ia;
+	char err[384];
+	DAT_RETURN rc;
+	int r;
+
+	dfi_log_init();
+	if (!name)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG1), "IA name is NULL");
+	p = dfi_provider_find(name);
+	if (!p)
+		return DFI_REJECT(DFI_ERR(DAT_PROVIDER_NOT_FOUND, DAT_NAME_NOT_REGISTERED),
+				  "IA '%s' was not registered with dapl-ofi", name);
+	if (!async_evd)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3),
+				  "IA '%s': async EVD pointer is NULL", name);
+	if (!ia_out)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG4),
+				  "IA '%s': IA handle pointer is NULL", name);
+	if (*async_evd != DAT_HANDLE_NULL)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EVD_ASYNC),
+				  "IA '%s': an existing async EVD (%p) cannot be shared; pass "
+				  "DAT_HANDLE_NULL and dapl-ofi creates one", name, (void *)*async_evd);
+	if (async_qlen < 1 || async_qlen > DFI_EVD_MAX_QLEN)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2),
+				  "IA '%s': async EVD qlen %d out of range 1..%d", name,
+				  async_qlen, DFI_EVD_MAX_QLEN);
+	if (p->cfg.error[0]) {
+		dfi_err(DFI_SS_IA, "IA '%s': ia_params \"%s\": %s", name, p->ia_params, p->cfg.error);
+		return DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG1);
+	}
+
+	ia = dfi_obj_new(NULL, DFI_T_IA, sizeof(*ia));
+	if (!ia)
+		return DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_MEMORY);
+	ia->hdr.provider = &p->table;
+	ia->hdr.ia = ia;
+	ia->prov = p;
+	pthread_mutex_init(&ia->lock, NULL);
+	ia->objs.next = ia->objs.prev = &ia->objs;
+
+	r = dfi_resolve_ipv4(p->cfg.where, &ia->addr);
+	if (r) {
+		dfi_err(DFI_SS_IA, "IA '%s': ia_params \"%s\": %s '%s'", name, p->ia_params,
+			r == -EADDRNOTAVAIL ? "no IPv4 address on interface" :
+			"no interface, IPv4 address or host name", p->cfg.where);
+		rc = DFI_ERR(DAT_INVALID_ADDRESS, DAT_INVALID_ADDRESS_UNREACHABLE);
+		goto err_ia;
+	}
+	r = dfi_fabric_open(p->cfg.prov_name, &ia->addr, p->cfg.domain, &ia->fab, err, sizeof(err));
+	if (r) {
+		dfi_err(DFI_SS_IA, "IA '%s': ia_params \"%s\": %s", name, p->ia_params, err);
+		rc = r == -ENOENT ? DFI_ERR(DAT_PROVIDER_NOT_FOUND, DAT_NAME_NOT_REGISTERED) :
+		     r == -ENODEV ? DFI_ERR(DAT_INVALID_ADDRESS, DAT_INVALID_ADDRESS_UNSUPPORTED) :
+				    DFI_ERR(DAT_INTERNAL_ERROR, 0);
+		goto err_ia;
+	}
+	rc = dfi_evd_new(ia, async_qlen, NULL, DAT_EVD_ASYNC_FLAG, &ia->async_evd);
+	if (rc != DAT_SUCCESS)
+		goto err_fab;
+	dfi_evq_ref(&ia->async_evd->q);		/* the IA feeds it */
+
+	ia->prov_attr[0] = (DAT_NAMED_ATTR){ "DAT_IB_TRANSPORT_MTU", p->mtu_str };
+	ia->prov_attr[1] = (DAT_NAMED_ATTR){ "DAT_IB_RDMA_READ", p->cfg.rdma_read ? "TRUE" : "FALSE" };
+	ia->prov_attr[2] = (DAT_NAMED_ATTR){ "DAPL_OFI_FABRIC_PROVIDER", p->cfg.prov_name };
+	ia->n_prov_attr = 3;
+
+	*async_evd = ia->async_evd;
+	*ia_out = ia;
+	dfi_info(DFI_SS_IA, "IA '%s' open: %s on %s", name, p->cfg.prov_name,
+		 inet_ntoa(ia->addr.sin_addr));
+	return DAT_SUCCESS;
+
+err_fab:
+	dfi_fabric_close(ia->fab);
+err_ia:
+	pthread_mutex_destroy(&ia->lock);
+	dfi_obj_retire(ia);
+	return rc;
+}
+
+static DAT_COUNT fd_limit(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) || rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > 65536)
+		return 65536;
+	return rl.rlim_cur > 64 ? (DAT_COUNT)rl.rlim_cur - 64 : 1;
+}
+
+static void fill_ia_attr(struct dfi_ia *ia, DAT_IA_ATTR *a)
+{
+	const struct dfi_fabric_limits *l = dfi_fabric_limits(ia->fab);
+	DAT_COUNT iov = l->iov_limit > 16 ? 16 : (DAT_COUNT)l->iov_limit;
+	DAT_COUNT dtos = (DAT_COUNT)(l->tx_size < l->rx_size ? l->tx_size : l->rx_size);
+	DAT_SEG_LENGTH maxmsg = l->max_msg_size > 0x80000000u ? 0x80000000u :
+				(DAT_SEG_LENGTH)l->max_msg_size;
+
+	memset(a, 0, sizeof(*a));
+	snprintf(a->adapter_name, sizeof(a->adapter_name), "%.100s (libfabric %.40s on %.96s)",
+		 ia->prov->info.ia_name, l->prov_name, ia->prov->cfg.where);
+	snprintf(a->vendor_name, sizeof(a->vendor_name), "dapl-ofi");
+	a->hardware_version_major = l->prov_major;	/* libfabric provider */
+	a->hardware_version_minor = l->prov_minor;
+	a->firmware_version_major = l->fi_major;	/* libfabric itself */
+	a->firmware_version_minor = l->fi_minor;
+	a->ia_address_ptr = (DAT_IA_ADDRESS_PTR)&ia->addr;
+	a->max_eps = fd_limit();
+	a->max_dto_per_ep = dtos;
+	a->max_rdma_read_per_ep_in = 16;
+	a->max_rdma_read_per_ep_out = 16;
+	a->max_evds = DFI_MAX_EVDS;
+	a->max_evd_qlen = DFI_EVD_MAX_QLEN;
+	a->max_iov_segments_per_dto = iov;
+	a->max_lmrs = DFI_MAX_LMRS;
+	a->max_lmr_block_size = DFI_MAX_LMR_BLOCK;
+	a->max_lmr_virtual_address = UINT64_C(0x00007fffffffffff);
+	a->max_pzs = DFI_MAX_PZS;
+	a->max_message_size = maxmsg;
+	a->max_rdma_size = maxmsg;
+	a->max_rmrs = 0;		/* RMRs come with the transport */
+	a->max_rmr_target_address = UINT64_C(0x00007fffffffffff);
+	a->max_srqs = 0;		/* SRQs come with the transport */
+	a->max_ep_per_srq = 0;
+	a->max_recv_per_srq = 0;
+	a->max_iov_segments_per_rdma_read = iov;
+	a->max_iov_segments_per_rdma_write = iov;
+	a->max_rdma_read_in = 16;
+	a->max_rdma_read_out = 16;
+	a->max_rdma_read_per_ep_in_guaranteed = DAT_TRUE;
+	a->max_rdma_read_per_ep_out_guaranteed = DAT_TRUE;
+	a->zb_supported = DAT_FALSE;
+	a->extension_supported = DAT_EXTENSION_NONE;
+	a->extension_version = 0;
+	a->num_transport_attr = 0;
+	a->transport_attr = NULL;
+	a->num_vendor_attr = 0;
+	a->vendor_attr = NULL;
+}
+
+static void fill_provider_attr(struct dfi_ia *ia, DAT_PROVIDER_ATTR *a)
+{
+	/* evd_stream_merging_supported is const in the header: build a copy. */
+	DAT_PROVIDER_ATTR t = {
+		.provider_version_major = 0,
+		.provider_version_minor = 1,
+		.dapl_version_major = DAT_VERSION_MAJOR,
+		.dapl_version_minor = DAT_VERSION_MINOR,
+		.lmr_mem_types_supported = DAT_MEM_TYPE_VIRTUAL | DAT_MEM_TYPE_LMR,
+		.iov_ownership_on_return = DAT_IOV_CONSUMER,
+		.dat_qos_supported = DAT_QOS_BEST_EFFORT,
+		.completion_flags_supported = DAT_COMPLETION_DEFAULT_FLAG |
+			DAT_COMPLETION_SUPPRESS_FLAG | DAT_COMPLETION_UNSIGNALLED_FLAG |
+			DAT_COMPLETION_SOLICITED_WAIT_FLAG | DAT_COMPLETION_EVD_THRESHOLD_FLAG,
+		.is_thread_safe = DAT_FALSE,	/* the registry's lookup key (dat.conf) */
+		.max_private_data_size = 192,
+		.supports_multipath = DAT_FALSE,
+		.ep_creator = DAT_PSP_CREATES_EP_NEVER,
+		.pz_support = DAT_PZ_UNIQUE,
+		.optimal_buffer_alignment = 64,
+		.srq_supported = DAT_FALSE,
+		.srq_watermarks_supported = 0,
+		.srq_ep_pz_difference_supported = DAT_FALSE,
+		.srq_info_supported = 0,
+		.ep_recv_info_supported = 0,
+		.lmr_sync_req = DAT_FALSE,
+		.dto_async_return_guaranteed = DAT_FALSE,
+		.rdma_write_for_rdma_read_req = DAT_FALSE,
+		.rdma_read_lmr_rmr_context_exposure = DAT_FALSE,
+		.rmr_scope_supported = DAT_RMR_SCOPE_EP,
+		.is_signal_safe = DAT_FALSE,
+		.ha_supported = DAT_FALSE,
+		.ha_loadbalancing = DAT_HA_LB_NONE,
+		.num_provider_specific_attr = ia->n_prov_attr,
+		.provider_specific_attr = ia->prov_attr,
+	};
+
+	snprintf(t.provider_name, sizeof(t.provider_name), "dapl-ofi");
+	memcpy(a, &t, sizeof(t));
+	memcpy((void *)a->evd_stream_merging_supported, dfi_merging, sizeof(dfi_merging));
+}
+
+DAT_RETURN dfi_ia_query(DAT_IA_HANDLE h, DAT_EVD_HANDLE *async_evd,
+			DAT_IA_ATTR_MASK ia_mask, DAT_IA_ATTR *ia_attr,
+			DAT_PROVIDER_ATTR_MASK pr_mask, DAT_PROVIDER_ATTR *pr_attr)
+{
+	struct dfi_ia *ia = ia_get(h);
+
+	if (!ia)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_IA),
+				  "%p is not an IA handle", (void *)h);
+	/* Masks are ignored on purpose: callers read fields they did not ask
+	 * for (dat-clients.md 3.1), so everything is always filled. */
+	if ((ia_mask & ~DAT_IA_FIELD_ALL) != 0)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3),
+				  "IA attribute mask 0x%llx has unknown bits",
+				  (unsigned long long)ia_mask);
+	(void)pr_mask;
+	if (async_evd)
+		*async_evd = ia->async_evd;
+	if (ia_attr)
+		fill_ia_attr(ia, ia_attr);
+	if (pr_attr)
+		fill_provider_attr(ia, pr_attr);
+	return DAT_SUCCESS;
+}
+
+/* Free everything the IA owns, dependents first. */
+static void destroy_children(struct dfi_ia *ia)
+{
+	static const enum dfi_type order[] = { DFI_T_LMR, DFI_T_PZ, DFI_T_EVD, DFI_T_CNO };
+
+	for (size_t k = 0; k < sizeof(order) / sizeof(order[0]); k++) {
+		bool again = true;
+
+		while (again) {
+			struct dfi_obj *o, *victim = NULL;
+
+			pthread_mutex_lock(&ia->lock);
+			for (o = ia->objs.next; o != &ia->objs; o = o->next) {
+				if (o->type != (uint32_t)order[k] || o == &ia->async_evd->hdr)
+					continue;
+				/* an LMR that others are registered on goes last */
+				if (o->type == DFI_T_LMR && ((struct dfi_lmr *)o)->refs)
+					continue;
+				victim = o;
+				break;
+			}
+			pthread_mutex_unlock(&ia->lock);
+			again = victim != NULL;
+			if (!victim)
+				break;
+			switch (order[k]) {
+			case DFI_T_LMR: dfi_lmr_destroy((struct dfi_lmr *)victim); break;
+			case DFI_T_PZ: dfi_pz_destroy((struct dfi_pz *)victim); break;
+			case DFI_T_EVD: dfi_evd_destroy((struct dfi_evd *)victim); break;
+			case DFI_T_CNO: dfi_cno_destroy((struct dfi_cno_obj *)victim); break;
+			default: break;
+			}
+		}
+	}
+}
+
+DAT_RETURN dfi_ia_close(DAT_IA_HANDLE h, DAT_CLOSE_FLAGS flags)
+{
+	struct dfi_ia *ia = ia_get(h);
+	bool busy;
+
+	if (!ia)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_IA),
+				  "%p is not an IA handle", (void *)h);
+	if (flags != DAT_CLOSE_ABRUPT_FLAG && flags != DAT_CLOSE_GRACEFUL_FLAG)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2),
+				  "close flags 0x%x are neither ABRUPT nor GRACEFUL", (unsigned)flags);
+	if (flags == DAT_CLOSE_GRACEFUL_FLAG) {
+		pthread_mutex_lock(&ia->lock);
+		busy = ia->objs.next != &ia->async_evd->hdr || ia->objs.prev != &ia->async_evd->hdr;
+		pthread_mutex_unlock(&ia->lock);
+		if (busy)
+			return DFI_REJECT(DFI_ERR(DAT_INVALID_STATE, DAT_INVALID_STATE_IA_IN_USE),
+					  "IA '%s': graceful close refused: objects still exist "
+					  "(free them, or close ABRUPT)", ia->prov->info.ia_name);
+	}
+	destroy_children(ia);
+	dfi_evq_unref(&ia->async_evd->q);
+	dfi_evd_destroy(ia->async_evd);
+	dfi_fabric_close(ia->fab);
+	dfi_info(DFI_SS_IA, "IA '%s' closed (%s)", ia->prov->info.ia_name,
+		 flags == DAT_CLOSE_ABRUPT_FLAG ? "abrupt" : "graceful");
+	pthread_mutex_destroy(&ia->lock);
+	dfi_obj_retire(ia);
+	return DAT_SUCCESS;
+}

@@ -1,0 +1,234 @@
+/*
+ * Registry integration: dat_provider_init / dat_provider_fini, one provider
+ * table per IA name (dat-clients.md 1.3-1.5), and the ia_params parser:
+ *   "<libfabric provider> <netdev | IPv4 address | host name> [key=value ...]"
+ * keys: mtu=<bytes> (DAT_IB_TRANSPORT_MTU), rdma_read=0|1 (DAT_IB_RDMA_READ),
+ *       domain=<libfabric domain name>.
+ */
+#include "dfi.h"
+
+#include <ctype.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static pthread_mutex_t prov_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct dfi_provider *prov_list;
+
+static void cfg_error(struct dfi_config *c, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static void cfg_error(struct dfi_config *c, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (c->error[0])
+		return;		/* the first problem is the one to report */
+	va_start(ap, fmt);
+	vsnprintf(c->error, sizeof(c->error), fmt, ap);
+	va_end(ap);
+}
+
+static bool parse_uint(const char *s, unsigned long max, unsigned long *out)
+{
+	char *end;
+	unsigned long v;
+
+	if (!isdigit((unsigned char)*s))
+		return false;
+	v = strtoul(s, &end, 0);
+	if (*end || v > max)
+		return false;
+	*out = v;
+	return true;
+}
+
+static void parse_params(const char *params, struct dfi_config *c)
+{
+	char buf[512], *save = NULL, *tok;
+	int n = 0;
+
+	memset(c, 0, sizeof(*c));
+	c->mtu = 2048;
+	if (!params || strlen(params) >= sizeof(buf)) {
+		cfg_error(c, "ia_params missing or too long");
+		return;
+	}
+	strcpy(buf, params);
+	for (tok = strtok_r(buf, " \t", &save); tok; tok = strtok_r(NULL, " \t", &save), n++) {
+		char *eq = strchr(tok, '=');
+		unsigned long v;
+
+		if (n == 0) {
+			if (eq || strlen(tok) >= sizeof(c->prov_name))
+				cfg_error(c, "first word '%s' is not a libfabric provider name", tok);
+			else
+				strcpy(c->prov_name, tok);
+			continue;
+		}
+		if (n == 1 && !eq) {
+			if (strlen(tok) >= sizeof(c->where))
+				cfg_error(c, "address '%s' too long", tok);
+			else
+				strcpy(c->where, tok);
+			continue;
+		}
+		if (!eq) {
+			cfg_error(c, "unexpected word '%s' (options are key=value)", tok);
+			continue;
+		}
+		*eq = '\0';
+		if (strcmp(tok, "mtu") == 0 && parse_uint(eq + 1, 1u << 30, &v) && v >= 256)
+			c->mtu = (unsigned)v;
+		else if (strcmp(tok, "rdma_read") == 0 && parse_uint(eq + 1, 1, &v))
+			c->rdma_read = v != 0;
+		else if (strcmp(tok, "domain") == 0 && strlen(eq + 1) < sizeof(c->domain))
+			strcpy(c->domain, eq + 1);
+		else if (strcmp(tok, "mtu") == 0 || strcmp(tok, "rdma_read") == 0 ||
+			 strcmp(tok, "domain") == 0)
+			cfg_error(c, "bad value '%s' for %s", eq + 1, tok);
+		else
+			cfg_error(c, "unknown option '%s' (known: mtu, rdma_read, domain)", tok);
+	}
+	if (!c->prov_name[0] || !c->where[0])
+		cfg_error(c, "expected \"<libfabric provider> <netdev|IPv4 address|host name> "
+			  "[key=value ...]\", for example \"tcp lo\"");
+}
+
+static DAT_RETURN dfi_extendedop(DAT_HANDLE h, DAT_EXTENDED_OP op, va_list args)
+{
+	(void)args;
+	dfi_reject(DFI_SS_API, "extension op 0x%x on handle %p: dapl-ofi implements no "
+		   "DAT extension yet", (unsigned)op, (void *)h);
+	return DFI_ERR(DAT_NOT_IMPLEMENTED, 0);
+}
+
+static void fill_table(struct dfi_provider *p)
+{
+	DAT_PROVIDER *t = &p->table;
+
+	dfi_fill_stubs(t);	/* every slot first; real ones below */
+	t->device_name = p->info.ia_name;
+	t->extension = p;
+	t->ia_open_func = dfi_ia_open;
+	t->ia_query_func = dfi_ia_query;
+	t->ia_close_func = dfi_ia_close;
+	t->set_consumer_context_func = dfi_set_consumer_context;
+	t->get_consumer_context_func = dfi_get_consumer_context;
+	t->get_handle_type_func = dfi_get_handle_type;
+	t->cno_create_func = dfi_cno_create;
+	t->cno_modify_agent_func = dfi_cno_modify_agent;
+	t->cno_query_func = dfi_cno_query;
+	t->cno_free_func = dfi_cno_free;
+	t->cno_wait_func = dfi_cno_wait_api;
+	t->cno_fd_create_func = dfi_cno_fd_create;
+	t->cno_trigger_func = dfi_cno_trigger_api;
+	t->evd_create_func = dfi_evd_create;
+	t->evd_query_func = dfi_evd_query;
+	t->evd_modify_cno_func = dfi_evd_modify_cno;
+	t->evd_enable_func = dfi_evd_enable;
+	t->evd_disable_func = dfi_evd_disable;
+	t->evd_wait_func = dfi_evd_wait;
+	t->evd_resize_func = dfi_evd_resize;
+	t->evd_post_se_func = dfi_evd_post_se;
+	t->evd_dequeue_func = dfi_evd_dequeue;
+	t->evd_free_func = dfi_evd_free;
+	t->evd_set_unwaitable_func = dfi_evd_set_unwaitable;
+	t->evd_clear_unwaitable_func = dfi_evd_clear_unwaitable;
+	t->pz_create_func = dfi_pz_create;
+	t->pz_query_func = dfi_pz_query;
+	t->pz_free_func = dfi_pz_free;
+	t->lmr_create_func = dfi_lmr_create;
+	t->lmr_query_func = dfi_lmr_query;
+	t->lmr_free_func = dfi_lmr_free;
+	t->lmr_sync_rdma_read_func = dfi_lmr_sync_rdma_read;
+	t->lmr_sync_rdma_write_func = dfi_lmr_sync_rdma_write;
+	t->handle_extendedop_func = dfi_extendedop;
+}
+
+__attribute__((visibility("default")))
+void dat_provider_init(const DAT_PROVIDER_INFO *info, const char *ia_params);
+__attribute__((visibility("default")))
+void dat_provider_fini(const DAT_PROVIDER_INFO *info);
+__attribute__((visibility("default")))
+void dapl_extensions(void);
+
+void dat_provider_init(const DAT_PROVIDER_INFO *info, const char *ia_params)
+{
+	struct dfi_provider *p;
+	DAT_RETURN rc;
+
+	dfi_log_init();
+	if (!info)
+		return;
+	p = calloc(1, sizeof(*p));
+	if (!p) {
+		dfi_err(DFI_SS_IA, "IA '%s': out of memory", info->ia_name);
+		return;
+	}
+	p->info = *info;
+	p->info.ia_name[DAT_NAME_MAX_LENGTH - 1] = '\0';
+	snprintf(p->ia_params, sizeof(p->ia_params), "%s", ia_params ? ia_params : "");
+	/* A malformed entry is still registered, so that dat_ia_open reaches
+	 * us and fails with a DAT error and a line that says why. */
+	parse_params(ia_params, &p->cfg);
+	snprintf(p->mtu_str, sizeof(p->mtu_str), "%u", p->cfg.mtu);
+	fill_table(p);
+
+	rc = dat_registry_add_provider(&p->table, &p->info);
+	if (rc != DAT_SUCCESS) {
+		dfi_err(DFI_SS_IA, "IA '%s': dat_registry_add_provider failed: 0x%x",
+			p->info.ia_name, (unsigned)rc);
+		free(p);
+		return;
+	}
+	pthread_mutex_lock(&prov_lock);
+	p->next = prov_list;
+	prov_list = p;
+	pthread_mutex_unlock(&prov_lock);
+	dfi_info(DFI_SS_IA, "registered IA '%s' (\"%s\")", p->info.ia_name, p->ia_params);
+}
+
+void dat_provider_fini(const DAT_PROVIDER_INFO *info)
+{
+	struct dfi_provider **pp, *p = NULL;
+	bool last;
+
+	if (!info)
+		return;
+	pthread_mutex_lock(&prov_lock);
+	for (pp = &prov_list; *pp; pp = &(*pp)->next) {
+		if (strcmp((*pp)->info.ia_name, info->ia_name) == 0) {
+			p = *pp;
+			*pp = p->next;
+			break;
+		}
+	}
+	last = prov_list == NULL;
+	pthread_mutex_unlock(&prov_lock);
+	if (!p)
+		return;
+	dat_registry_remove_provider(&p->table, &p->info);
+	dfi_info(DFI_SS_IA, "unregistered IA '%s'", p->info.ia_name);
+	free(p);
+	if (last)
+		dfi_quarantine_flush();
+}
+
+/* Looked up by libdat2 when it loads a provider; we have no IB extension. */
+void dapl_extensions(void)
+{
+}
+
+struct dfi_provider *dfi_provider_find(const char *ia_name)
+{
+	struct dfi_provider *p;
+
+	pthread_mutex_lock(&prov_lock);
+	for (p = prov_list; p; p = p->next)
+		if (strcmp(p->info.ia_name, ia_name) == 0)
+			break;
+	pthread_mutex_unlock(&prov_lock);
+	return p;
+}

@@ -1,0 +1,647 @@
+/*
+ * The EVD core: a FIFO ring of DAT_EVENTs per EVD, its waiter, thresholds,
+ * overflow, and notification of the attached CNO.
+ *
+ * Invariants (all under q->lock):
+ *  - A completion is read from the source only into a free ring slot, so
+ *    nothing polled is ever dropped; the rest waits in the source.
+ *  - A thread sleeps only after "fill, check, try-wait" found nothing: the
+ *    try-wait arms the source and looks once more (evd-contract.md 8.2), so a
+ *    completion landing between the last read and the arm is either seen by
+ *    the re-check or makes the source fd readable.  Software and provider
+ *    pushes wake the waiter through wake_fd, decided under the same lock as
+ *    the state they test (fixes OFA D1, D9).
+ *  - Every deadline is one absolute CLOCK_MONOTONIC instant (D2, D3, D14).
+ *  - The CNO is triggered after the EVD lock is dropped, with a hold on it.
+ */
+#include "event.h"
+#include "util/daterr.h"
+#include "util/log.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#define FILL_BATCH 64
+
+uint32_t dfi_evq_qlen_round(DAT_COUNT min_qlen)
+{
+	uint32_t n = 1;
+
+	while (n < (uint32_t)min_qlen)
+		n <<= 1;
+	return n;
+}
+
+int dfi_evq_init(struct dfi_evq *q, DAT_EVD_HANDLE self, DAT_COUNT min_qlen,
+		 DAT_EVD_FLAGS flags, struct dfi_evq *async)
+{
+	pthread_condattr_t ca;
+
+	if (min_qlen < 1 || min_qlen > DFI_EVD_MAX_QLEN)
+		return -EINVAL;
+	memset(q, 0, sizeof(*q));
+	q->qlen = dfi_evq_qlen_round(min_qlen);
+	q->mask = q->qlen - 1;
+	q->ring = calloc(q->qlen, sizeof(DAT_EVENT));
+	if (!q->ring)
+		return -ENOMEM;
+	pthread_mutex_init(&q->lock, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&q->waiter_left, &ca);
+	pthread_condattr_destroy(&ca);
+	q->handle = self;
+	q->flags = flags;
+	q->state = DFI_EVQ_OPEN;
+	q->enabled = true;
+	q->waitable = true;
+	q->wake_fd = -1;
+	q->async = async;
+	return 0;
+}
+
+void dfi_evq_fini(struct dfi_evq *q)
+{
+	if (q->cno)
+		dfi_cno_detach(q->cno, true);
+	q->cno = NULL;
+	if (q->wake_fd >= 0)
+		close(q->wake_fd);
+	free(q->ring);
+	q->ring = NULL;
+	pthread_cond_destroy(&q->waiter_left);
+	pthread_mutex_destroy(&q->lock);
+}
+
+void dfi_evq_set_source(struct dfi_evq *q, const struct dfi_evq_source_ops *ops, void *ctx)
+{
+	pthread_mutex_lock(&q->lock);
+	q->src = ops;
+	q->src_ctx = ctx;
+	q->src_armed = false;
+	pthread_mutex_unlock(&q->lock);
+}
+
+/* ------------------------------------------------------------ ring helpers */
+
+static void ring_push(struct dfi_evq *q, const DAT_EVENT *ev)
+{
+	DAT_EVENT *slot = &q->ring[(q->head + q->count) & q->mask];
+
+	*slot = *ev;
+	slot->evd_handle = q->handle;
+	q->count++;
+	q->n_posted++;
+}
+
+static void ring_pop(struct dfi_evq *q, DAT_EVENT *ev)
+{
+	*ev = q->ring[q->head];
+	q->head = (q->head + 1) & q->mask;
+	q->count--;
+	q->overflow_latched = false;	/* a slot is free again: new episode */
+}
+
+/* Pull completions from the source into free slots.  Returns how many. */
+static int fill(struct dfi_evq *q)
+{
+	int total = 0;
+
+	if (!q->src)
+		return 0;
+	while (q->count < q->qlen) {
+		uint32_t tail = (q->head + q->count) & q->mask;
+		uint32_t room = q->qlen - q->count;
+		uint32_t contig = q->qlen - tail;
+		int want = (int)(room < contig ? room : contig);
+		int n;
+
+		if (want > FILL_BATCH)
+			want = FILL_BATCH;
+		n = q->src->read(q->src_ctx, &q->ring[tail], want);
+		if (n <= 0) {
+			if (n < 0)
+				dfi_warn(DFI_SS_EVD, "EVD %p: source read failed: %s",
+					 (void *)q->handle, strerror(-n));
+			break;
+		}
+		for (int i = 0; i < n; i++)
+			q->ring[tail + (uint32_t)i].evd_handle = q->handle;
+		q->count += (uint32_t)n;
+		q->n_posted += (uint64_t)n;
+		total += n;
+		if (n < want)
+			break;
+	}
+	return total;
+}
+
+/* Arm the source (try-wait) so that the next completion fires its fd.
+ * Completions found on the way are pulled in.  Lock held. */
+static void arm_source(struct dfi_evq *q)
+{
+	while (q->src && !q->src_armed && q->count < q->qlen) {
+		int rc = q->src->trywait(q->src_ctx);
+
+		if (rc == 0) {
+			q->src_armed = true;
+			return;
+		}
+		if (rc != -EAGAIN) {
+			dfi_warn(DFI_SS_EVD, "EVD %p: source try-wait failed: %s",
+				 (void *)q->handle, strerror(-rc));
+			return;
+		}
+		if (fill(q) == 0)
+			return;		/* pending but unreadable: the fd stays ready */
+	}
+}
+
+static void wake(struct dfi_evq *q)
+{
+	uint64_t one = 1;
+
+	if (q->wake_fd >= 0 && write(q->wake_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+		dfi_err(DFI_SS_EVD, "EVD %p: wake-up write failed: %m", (void *)q->handle);
+	q->n_wakeups++;
+}
+
+static void drain_wake(struct dfi_evq *q)
+{
+	uint64_t v;
+
+	if (read(q->wake_fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+		dfi_err(DFI_SS_EVD, "EVD %p: wake-up read failed: %m", (void *)q->handle);
+}
+
+/* Events were added (lock held): wake the waiter whose threshold is met, or
+ * return the CNO to trigger once the lock is dropped (held; NULL: none). */
+static struct dfi_cno *arrived(struct dfi_evq *q)
+{
+	if (q->waiter) {
+		if (q->count >= (uint32_t)q->threshold)
+			wake(q);
+		return NULL;	/* a direct waiter preempts the CNO */
+	}
+	if (q->enabled && q->cno) {
+		dfi_cno_hold(q->cno);
+		return q->cno;
+	}
+	return NULL;
+}
+
+static void notify_cno(struct dfi_cno *cno, DAT_EVD_HANDLE evd)
+{
+	if (cno) {
+		dfi_cno_trigger(cno, evd);
+		dfi_cno_release(cno);
+	}
+}
+
+/* --------------------------------------------------------------- producers */
+
+DAT_RETURN dfi_evq_post_se(struct dfi_evq *q, const DAT_EVENT *ev)
+{
+	struct dfi_cno *cno;
+
+	pthread_mutex_lock(&q->lock);
+	if (q->count == q->qlen) {
+		pthread_mutex_unlock(&q->lock);
+		dfi_dbg(DFI_SS_EVD, "EVD %p full (qlen %u): software event refused",
+			(void *)q->handle, q->qlen);
+		return DFI_ERR(DAT_QUEUE_FULL, 0);
+	}
+	ring_push(q, ev);
+	cno = arrived(q);
+	pthread_mutex_unlock(&q->lock);
+	notify_cno(cno, q->handle);
+	return DAT_SUCCESS;
+}
+
+int dfi_evq_post(struct dfi_evq *q, const DAT_EVENT *ev)
+{
+	struct dfi_cno *cno;
+	bool report;
+
+	pthread_mutex_lock(&q->lock);
+	if (q->dead || q->count == q->qlen) {
+		report = !q->overflow_latched && !q->dead;
+		q->overflow_latched = true;
+		q->n_dropped++;
+		if (!q->async && report) {
+			/* The async EVD itself: catastrophic.  What is queued stays
+			 * dequeueable; then dequeue and wait fail. */
+			q->dead = true;
+			if (q->waiter)
+				wake(q);
+		}
+		pthread_mutex_unlock(&q->lock);
+		if (report && q->async) {
+			DAT_EVENT o;
+
+			memset(&o, 0, sizeof(o));
+			o.event_number = DAT_ASYNC_ERROR_EVD_OVERFLOW;
+			o.event_data.asynch_error_event_data.dat_handle = q->handle;
+			o.event_data.asynch_error_event_data.reason = DAT_EVD_OVERFLOW_ERROR;
+			dfi_warn(DFI_SS_EVD, "EVD %p overflowed (qlen %u): event 0x%x dropped, "
+				 "DAT_ASYNC_ERROR_EVD_OVERFLOW posted to the async EVD",
+				 (void *)q->handle, q->qlen, (unsigned)ev->event_number);
+			dfi_evq_post(q->async, &o);
+		} else if (report) {
+			dfi_err(DFI_SS_EVD, "async EVD %p overflowed (qlen %u): event 0x%x "
+				"dropped; the async EVD is now catastrophic",
+				(void *)q->handle, q->qlen, (unsigned)ev->event_number);
+		}
+		return -ENOSPC;
+	}
+	ring_push(q, ev);
+	cno = arrived(q);
+	pthread_mutex_unlock(&q->lock);
+	notify_cno(cno, q->handle);
+	return 0;
+}
+
+void dfi_evq_source_notify(struct dfi_evq *q)
+{
+	struct dfi_cno *cno = NULL;
+	int n;
+
+	pthread_mutex_lock(&q->lock);
+	q->src_armed = false;		/* the arm is one-shot: it fired */
+	if (q->waiter) {
+		wake(q);		/* the waiter reads the source itself */
+		pthread_mutex_unlock(&q->lock);
+		return;
+	}
+	n = fill(q);
+	if (q->enabled && q->cno) {
+		arm_source(q);		/* arm first, then notify (OFA's rule) */
+		if (n > 0 || q->count > 0) {
+			dfi_cno_hold(q->cno);
+			cno = q->cno;
+		}
+	}
+	pthread_mutex_unlock(&q->lock);
+	notify_cno(cno, q->handle);
+}
+
+bool dfi_evq_wants_notify(struct dfi_evq *q)
+{
+	bool r;
+
+	pthread_mutex_lock(&q->lock);
+	r = q->src && q->enabled && q->cno && !q->waiter;
+	pthread_mutex_unlock(&q->lock);
+	return r;
+}
+
+/* --------------------------------------------------------------- consumers */
+
+DAT_RETURN dfi_evq_dequeue(struct dfi_evq *q, DAT_EVENT *ev)
+{
+	DAT_RETURN rc;
+
+	pthread_mutex_lock(&q->lock);
+	if (q->waiter) {
+		pthread_mutex_unlock(&q->lock);
+		return DFI_ERR(DAT_INVALID_STATE, DAT_INVALID_STATE_EVD_WAITER);
+	}
+	if (q->count == 0 && q->src) {
+		fill(q);
+		/* A CNO consumer that polls until empty and then sleeps on the
+		 * CNO must find the source armed (fixes D9 for dequeuers). */
+		if (q->count == 0 && q->enabled && q->cno)
+			arm_source(q);
+	}
+	if (q->count > 0) {
+		ring_pop(q, ev);
+		rc = DAT_SUCCESS;
+	} else if (q->dead) {
+		rc = DFI_ERR(DAT_INVALID_STATE, DAT_INVALID_STATE_EVD_ASYNC);
+	} else {
+		rc = DFI_QUEUE_EMPTY;
+	}
+	pthread_mutex_unlock(&q->lock);
+	return rc;
+}
+
+static DAT_RETURN wait_precheck(struct dfi_evq *q, DAT_COUNT threshold)
+{
+	if (threshold < 1 || (uint32_t)threshold > q->qlen) {
+		dfi_reject(DFI_SS_API, "EVD %p: threshold %d out of range 1..%u",
+			   (void *)q->handle, threshold, q->qlen);
+		return DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3);
+	}
+	if (q->state == DFI_EVQ_FREEING)
+		return DFI_ERR(DAT_ABORT, 0);
+	if (q->waiter) {
+		dfi_reject(DFI_SS_API, "EVD %p already has a waiter", (void *)q->handle);
+		return DFI_ERR(DAT_INVALID_STATE, DAT_INVALID_STATE_EVD_WAITER);
+	}
+	if (!q->waitable)
+		return DFI_ERR(DAT_INVALID_STATE, DAT_INVALID_STATE_EVD_UNWAITABLE);
+	if (threshold > 1 && (q->n_solicited || q->n_notify)) {
+		dfi_reject(DFI_SS_API, "EVD %p: threshold %d needs the threshold completion "
+			   "model, but an EP feeding it uses %s completions", (void *)q->handle,
+			   threshold, q->n_solicited ? "solicited-wait" : "unsignalled");
+		return DFI_ERR(DAT_INVALID_STATE, q->n_solicited ?
+			       DAT_INVALID_STATE_EVD_CONFIG_SOLICITED :
+			       DAT_INVALID_STATE_EVD_CONFIG_NOTIFY);
+	}
+	if (q->wake_fd < 0) {
+		q->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+		if (q->wake_fd < 0) {
+			dfi_err(DFI_SS_EVD, "EVD %p: eventfd: %m", (void *)q->handle);
+			return DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_MEMORY);
+		}
+	}
+	return DAT_SUCCESS;
+}
+
+DAT_RETURN dfi_evq_wait(struct dfi_evq *q, DAT_TIMEOUT timeout, DAT_COUNT threshold,
+			DAT_EVENT *ev, DAT_COUNT *nmore)
+{
+	uint64_t deadline;
+	DAT_RETURN rc;
+
+	if (!ev)
+		return DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG4);
+	if (!nmore)
+		return DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG5);
+	deadline = dfi_deadline(timeout);
+
+	pthread_mutex_lock(&q->lock);
+	rc = wait_precheck(q, threshold);
+	if (rc != DAT_SUCCESS) {
+		pthread_mutex_unlock(&q->lock);
+		return rc;
+	}
+	q->waiter = true;
+	q->state = DFI_EVQ_WAITED;
+	q->threshold = threshold;
+
+	for (;;) {
+		int fds[2], r;
+
+		fill(q);
+		if (q->count >= (uint32_t)threshold) {
+			rc = DAT_SUCCESS;
+			break;
+		}
+		if (q->dead) {
+			rc = DFI_ERR(DAT_INVALID_STATE, DAT_INVALID_STATE_EVD_ASYNC);
+			break;
+		}
+		if (dfi_remaining(deadline) == 0) {
+			rc = DFI_ERR(DAT_TIMEOUT_EXPIRED, 0);
+			break;
+		}
+		if (q->src && !q->src_armed) {
+			r = q->src->trywait(q->src_ctx);
+			if (r == -EAGAIN)
+				continue;	/* something landed: read it */
+			if (r < 0) {
+				dfi_err(DFI_SS_EVD, "EVD %p: source try-wait failed: %s",
+					(void *)q->handle, strerror(-r));
+				rc = DFI_ERR(DAT_INTERNAL_ERROR, 0);
+				break;
+			}
+			q->src_armed = true;
+		}
+		fds[0] = q->wake_fd;
+		fds[1] = q->src ? q->src->fd(q->src_ctx) : -1;
+		pthread_mutex_unlock(&q->lock);
+		r = dfi_sleep_fds(fds, 2, deadline);
+		pthread_mutex_lock(&q->lock);
+		drain_wake(q);
+		if (r != 0)
+			q->src_armed = false;	/* re-arm before the next sleep */
+		if (q->state == DFI_EVQ_FREEING) {
+			rc = DFI_ERR(DAT_ABORT, 0);
+			break;
+		}
+		if (!q->waitable) {
+			rc = DFI_ERR(DAT_INVALID_STATE, DAT_INVALID_STATE_EVD_UNWAITABLE);
+			break;
+		}
+		if (r == -EINTR) {
+			fill(q);
+			if (q->count >= (uint32_t)threshold) {
+				rc = DAT_SUCCESS;
+				break;
+			}
+			rc = DFI_ERR(DAT_INTERRUPTED_CALL, 0);
+			break;
+		}
+		if (r < 0) {
+			dfi_err(DFI_SS_EVD, "EVD %p: ppoll: %s", (void *)q->handle, strerror(-r));
+			rc = DFI_ERR(DAT_INTERNAL_ERROR, 0);
+			break;
+		}
+	}
+	if (rc == DAT_SUCCESS)
+		ring_pop(q, ev);
+	/* Leave the source armed for the CNO once the waiter is gone (D9). */
+	if (q->enabled && q->cno && q->state != DFI_EVQ_FREEING)
+		arm_source(q);
+	*nmore = (DAT_COUNT)q->count;
+	q->waiter = false;
+	if (q->state == DFI_EVQ_WAITED)
+		q->state = DFI_EVQ_OPEN;
+	pthread_cond_broadcast(&q->waiter_left);
+	pthread_mutex_unlock(&q->lock);
+	return rc;
+}
+
+/* ------------------------------------------------------------ management */
+
+DAT_RETURN dfi_evq_resize(struct dfi_evq *q, DAT_COUNT min_qlen)
+{
+	DAT_EVENT *ring, *old;
+	uint32_t n;
+
+	if (min_qlen < 1 || min_qlen > DFI_EVD_MAX_QLEN) {
+		dfi_reject(DFI_SS_API, "EVD %p: qlen %d out of range 1..%d",
+			   (void *)q->handle, min_qlen, DFI_EVD_MAX_QLEN);
+		return DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2);
+	}
+	n = dfi_evq_qlen_round(min_qlen);
+	ring = calloc(n, sizeof(DAT_EVENT));
+	if (!ring)
+		return DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_MEMORY);
+
+	pthread_mutex_lock(&q->lock);
+	if (q->waiter) {
+		pthread_mutex_unlock(&q->lock);
+		free(ring);
+		return DFI_ERR(DAT_INVALID_STATE, DAT_INVALID_STATE_EVD_WAITER);
+	}
+	if (q->count > n) {
+		pthread_mutex_unlock(&q->lock);
+		free(ring);
+		dfi_reject(DFI_SS_API, "EVD %p: %u events queued, more than qlen %u",
+			   (void *)q->handle, q->count, n);
+		return DFI_ERR(DAT_INVALID_STATE, 0);
+	}
+	for (uint32_t i = 0; i < q->count; i++)
+		ring[i] = q->ring[(q->head + i) & q->mask];
+	old = q->ring;
+	q->ring = ring;
+	q->qlen = n;
+	q->mask = n - 1;
+	q->head = 0;
+	if (q->count < n)
+		q->overflow_latched = false;
+	pthread_mutex_unlock(&q->lock);
+	free(old);
+	return DAT_SUCCESS;
+}
+
+void dfi_evq_enable(struct dfi_evq *q)
+{
+	struct dfi_cno *cno = NULL;
+
+	pthread_mutex_lock(&q->lock);
+	if (!q->enabled) {
+		q->enabled = true;
+		if (q->cno) {
+			fill(q);
+			arm_source(q);
+			/* Level on enable (documented): events already queued
+			 * trigger the CNO once. */
+			if (q->count > 0 && !q->waiter) {
+				dfi_cno_hold(q->cno);
+				cno = q->cno;
+			}
+		}
+	}
+	pthread_mutex_unlock(&q->lock);
+	notify_cno(cno, q->handle);
+}
+
+void dfi_evq_disable(struct dfi_evq *q)
+{
+	pthread_mutex_lock(&q->lock);
+	q->enabled = false;
+	pthread_mutex_unlock(&q->lock);
+}
+
+void dfi_evq_set_waitable(struct dfi_evq *q, bool waitable)
+{
+	pthread_mutex_lock(&q->lock);
+	q->waitable = waitable;
+	if (!waitable && q->waiter)
+		wake(q);
+	pthread_mutex_unlock(&q->lock);
+}
+
+void dfi_evq_modify_cno(struct dfi_evq *q, struct dfi_cno *cno)
+{
+	struct dfi_cno *old, *trig = NULL;
+
+	pthread_mutex_lock(&q->lock);
+	old = q->cno;
+	if (old == cno) {
+		pthread_mutex_unlock(&q->lock);
+		return;
+	}
+	if (cno)
+		dfi_cno_attach(cno);
+	q->cno = cno;
+	if (cno && q->enabled) {
+		fill(q);
+		q->src_armed = false;	/* an arm made for the old owner */
+		arm_source(q);
+		if (q->count > 0 && !q->waiter) {
+			dfi_cno_hold(cno);
+			trig = cno;
+		}
+	}
+	pthread_mutex_unlock(&q->lock);
+	if (old)
+		dfi_cno_detach(old, false);
+	notify_cno(trig, q->handle);
+}
+
+void dfi_evq_query(struct dfi_evq *q, DAT_COUNT *qlen, DAT_EVD_STATE *state,
+		   struct dfi_cno **cno)
+{
+	pthread_mutex_lock(&q->lock);
+	if (qlen)
+		*qlen = (DAT_COUNT)q->qlen;
+	if (state)
+		*state = (q->enabled ? DAT_EVD_STATE_ENABLED : DAT_EVD_STATE_DISABLED) |
+			 (q->waitable ? DAT_EVD_STATE_WAITABLE : DAT_EVD_STATE_UNWAITABLE) |
+			 (q->n_solicited ? DAT_EVD_STATE_CONFIG_SOLICITED :
+			  q->n_notify ? DAT_EVD_STATE_CONFIG_NOTIFY :
+			  DAT_EVD_STATE_CONFIG_THRESHOLD);
+	if (cno)
+		*cno = q->cno;
+	pthread_mutex_unlock(&q->lock);
+}
+
+DAT_COUNT dfi_evq_count(struct dfi_evq *q)
+{
+	DAT_COUNT n;
+
+	pthread_mutex_lock(&q->lock);
+	n = (DAT_COUNT)q->count;
+	pthread_mutex_unlock(&q->lock);
+	return n;
+}
+
+void dfi_evq_ref(struct dfi_evq *q)
+{
+	pthread_mutex_lock(&q->lock);
+	q->refs++;
+	pthread_mutex_unlock(&q->lock);
+}
+
+void dfi_evq_unref(struct dfi_evq *q)
+{
+	pthread_mutex_lock(&q->lock);
+	q->refs--;
+	pthread_mutex_unlock(&q->lock);
+}
+
+void dfi_evq_notify_model(struct dfi_evq *q, DAT_EVD_STATE kind, int delta)
+{
+	pthread_mutex_lock(&q->lock);
+	if (kind == DAT_EVD_STATE_CONFIG_SOLICITED)
+		q->n_solicited += delta;
+	else if (kind == DAT_EVD_STATE_CONFIG_NOTIFY)
+		q->n_notify += delta;
+	pthread_mutex_unlock(&q->lock);
+}
+
+DAT_RETURN dfi_evq_free_begin(struct dfi_evq *q)
+{
+	DAT_RETURN rc = DAT_SUCCESS;
+
+	pthread_mutex_lock(&q->lock);
+	if (q->waiter)
+		rc = DFI_ERR(DAT_INVALID_STATE, DAT_INVALID_STATE_EVD_WAITER);
+	else if (q->refs > 0)
+		rc = DFI_ERR(DAT_INVALID_STATE, DAT_INVALID_STATE_EVD_IN_USE);
+	else {
+		q->state = DFI_EVQ_FREEING;
+		q->enabled = false;
+	}
+	pthread_mutex_unlock(&q->lock);
+	return rc;
+}
+
+void dfi_evq_abort(struct dfi_evq *q)
+{
+	pthread_mutex_lock(&q->lock);
+	q->state = DFI_EVQ_FREEING;
+	q->enabled = false;
+	if (q->waiter)
+		wake(q);
+	while (q->waiter)
+		pthread_cond_wait(&q->waiter_left, &q->lock);
+	pthread_mutex_unlock(&q->lock);
+}

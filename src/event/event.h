@@ -1,0 +1,195 @@
+/*
+ * dapl-ofi event core: the EVD ring, waiting, thresholds, overflow and the CNO.
+ *
+ * This layer knows DAT_EVENT and DAT_RETURN, pthreads and libc, and nothing of
+ * libfabric.  Completions from a transport reach it in one of two ways:
+ *
+ *   push:  dfi_evq_post() from any thread (software, CM, async events, or
+ *          completions a progress thread has already read);
+ *   pull:  a *source* attached with dfi_evq_set_source(): the core reads it
+ *          under the EVD lock, only into free ring slots (a completion that
+ *          has no slot stays in the source: nothing polled is ever dropped),
+ *          and, before any thread sleeps, asks it to *try-wait*: arm its
+ *          notification and look once more (evd-contract.md 8.2; fi_trywait).
+ *
+ * Lock order (the only one in the library):  IA -> EVD -> CNO.
+ * No lock is held across a user callback (CNO proxy agent) or a blocking call.
+ */
+#ifndef DFI_EVENT_H
+#define DFI_EVENT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <pthread.h>
+#include <dat2/udat.h>
+
+#define DFI_EVD_MAX_QLEN	65536	/* reported as max_evd_qlen */
+
+struct dfi_cno;
+
+/* A pull source of completions below an EVD (a libfabric CQ, or a test producer). */
+struct dfi_evq_source_ops {
+	/* Move up to max completions into ev[] (evd_handle is filled by the core).
+	 * Returns the number moved (>= 0) or -errno.  Never blocks. */
+	int (*read)(void *ctx, DAT_EVENT *ev, int max);
+	/* Arm notification, then look once more.  0: armed and empty, fd() will
+	 * become readable when a completion arrives; -EAGAIN: completions are
+	 * pending, read them; other -errno: failure. */
+	int (*trywait)(void *ctx);
+	/* Descriptor that becomes readable after a successful trywait when a
+	 * completion arrives (may also be readable spuriously).  -1: none. */
+	int (*fd)(void *ctx);
+};
+
+enum dfi_evq_state {
+	DFI_EVQ_OPEN,		/* no waiter */
+	DFI_EVQ_WAITED,		/* one thread inside dfi_evq_wait owns the EVD */
+	DFI_EVQ_FREEING,	/* being destroyed (IA close): waiters leave with DAT_ABORT */
+};
+
+struct dfi_evq {
+	pthread_mutex_t lock;
+	pthread_cond_t waiter_left;	/* signalled when a waiter leaves */
+	DAT_EVD_HANDLE handle;		/* what events and CNO hints carry */
+	DAT_EVD_FLAGS flags;
+
+	/* ring: capacity qlen (a power of two), count events from head */
+	DAT_EVENT *ring;
+	uint32_t qlen, mask, head, count;
+
+	enum dfi_evq_state state;
+	bool enabled;			/* CNO delivery (no effect on waiters) */
+	bool waitable;
+	bool dead;			/* async EVD that overflowed: catastrophic */
+	bool overflow_latched;		/* one overflow report per episode */
+	bool waiter;			/* a thread is inside dfi_evq_wait */
+	bool src_armed;			/* source try-wait succeeded, not yet fired */
+	DAT_COUNT threshold;		/* the waiter's */
+	int wake_fd;			/* eventfd, created on the first sleep */
+
+	/* consumer-controlled notification by feeding EPs (completion flags) */
+	int n_notify, n_solicited;
+
+	struct dfi_cno *cno;
+	struct dfi_evq *async;		/* where overflow is reported (NULL: this is async) */
+	int refs;			/* streams feeding it (EPs, service points) */
+
+	const struct dfi_evq_source_ops *src;
+	void *src_ctx;
+
+	/* statistics, read by tests and the info tool */
+	uint64_t n_posted, n_dropped, n_wakeups;
+};
+
+/* Round a requested minimum queue length up to the ring capacity used. */
+uint32_t dfi_evq_qlen_round(DAT_COUNT min_qlen);
+
+/* 0 or -errno.  async: the async EVD's core (NULL for the async EVD itself). */
+int dfi_evq_init(struct dfi_evq *q, DAT_EVD_HANDLE self, DAT_COUNT min_qlen,
+		 DAT_EVD_FLAGS flags, struct dfi_evq *async);
+/* Releases resources; the EVD must have no waiter (see dfi_evq_free_begin). */
+void dfi_evq_fini(struct dfi_evq *q);
+
+void dfi_evq_set_source(struct dfi_evq *q, const struct dfi_evq_source_ops *ops, void *ctx);
+
+/* Software event (dat_evd_post_se): DAT_QUEUE_FULL when full, async EVD not told. */
+DAT_RETURN dfi_evq_post_se(struct dfi_evq *q, const DAT_EVENT *ev);
+
+/* Provider event (CR, connection, async, DTO read by a progress thread).
+ * 0, or -ENOSPC when the ring was full: the event was not queued and an
+ * overflow was reported on the async EVD (once per episode); for the async
+ * EVD itself it becomes dead (catastrophic).  The caller of a CR event
+ * rejects the connection on -ENOSPC. */
+int dfi_evq_post(struct dfi_evq *q, const DAT_EVENT *ev);
+
+DAT_RETURN dfi_evq_dequeue(struct dfi_evq *q, DAT_EVENT *ev);
+DAT_RETURN dfi_evq_wait(struct dfi_evq *q, DAT_TIMEOUT timeout, DAT_COUNT threshold,
+			DAT_EVENT *ev, DAT_COUNT *nmore);
+DAT_RETURN dfi_evq_resize(struct dfi_evq *q, DAT_COUNT min_qlen);
+void dfi_evq_enable(struct dfi_evq *q);
+void dfi_evq_disable(struct dfi_evq *q);
+void dfi_evq_set_waitable(struct dfi_evq *q, bool waitable);
+/* Attach (cno) or detach (NULL); takes/drops the CNO attachment. */
+void dfi_evq_modify_cno(struct dfi_evq *q, struct dfi_cno *cno);
+/* qlen, DAT_EVD_STATE bits, cno */
+void dfi_evq_query(struct dfi_evq *q, DAT_COUNT *qlen, DAT_EVD_STATE *state,
+		   struct dfi_cno **cno);
+/* Number of events queued now (a snapshot). */
+DAT_COUNT dfi_evq_count(struct dfi_evq *q);
+
+/* Feeding streams (an EP or service point names this EVD). */
+void dfi_evq_ref(struct dfi_evq *q);
+void dfi_evq_unref(struct dfi_evq *q);
+/* An EP feeding this EVD uses consumer-controlled notification:
+ * kind DAT_EVD_STATE_CONFIG_NOTIFY (unsignalled) or _SOLICITED; delta +1/-1. */
+void dfi_evq_notify_model(struct dfi_evq *q, DAT_EVD_STATE kind, int delta);
+
+/* The source's notification fired (called from the progress context). */
+void dfi_evq_source_notify(struct dfi_evq *q);
+/* Whether the progress context must watch the source's fd for this EVD
+ * (it has a CNO and is enabled; a waiter watches the fd itself). */
+bool dfi_evq_wants_notify(struct dfi_evq *q);
+
+/* dat_evd_free: DAT_SUCCESS (the EVD is now FREEING; call dfi_evq_fini), or
+ * DAT_INVALID_STATE with EVD_IN_USE or EVD_WAITER and nothing changed. */
+DAT_RETURN dfi_evq_free_begin(struct dfi_evq *q);
+/* IA close: mark FREEING, wake the waiter (it returns DAT_ABORT) and wait
+ * until it has left.  Then dfi_evq_fini may run. */
+void dfi_evq_abort(struct dfi_evq *q);
+
+/* ------------------------------------------------------------------ CNO */
+
+enum dfi_cno_state { DFI_CNO_UNTRIGGERED, DFI_CNO_TRIGGERED, DFI_CNO_DEAD };
+
+struct dfi_cno {
+	pthread_mutex_t lock;		/* leaf lock */
+	pthread_cond_t idle;		/* waiters == 0 and busy == 0 */
+	DAT_CNO_HANDLE handle;
+	enum dfi_cno_state state;
+	DAT_EVD_HANDLE hint;		/* first EVD since the last consume */
+	DAT_OS_WAIT_PROXY_AGENT agent;	/* one-shot */
+	bool fd_mode;			/* created by dat_cno_fd_create */
+	int fd;				/* eventfd: readable iff TRIGGERED */
+	int waiters;			/* threads in dfi_cno_wait */
+	int nevd;			/* EVDs attached */
+	int busy;			/* triggers in flight (agent calls) */
+	unsigned release_gen;		/* bumped to release every waiter with NULL */
+	uint64_t n_triggers, n_agent_calls;
+};
+
+int dfi_cno_init(struct dfi_cno *c, DAT_CNO_HANDLE self,
+		 const DAT_OS_WAIT_PROXY_AGENT *agent, bool fd_mode);
+void dfi_cno_fini(struct dfi_cno *c);
+/* A notification from an EVD (NULL: released because its last EVD was freed). */
+void dfi_cno_trigger(struct dfi_cno *c, DAT_EVD_HANDLE evd);
+/* dat_cno_wait: DAT_SUCCESS with *evd (NULL after IA close or last EVD freed),
+ * DAT_QUEUE_EMPTY with *evd = NULL on timeout, DAT_INTERRUPTED_CALL on a signal. */
+DAT_RETURN dfi_cno_wait(struct dfi_cno *c, DAT_TIMEOUT timeout, DAT_EVD_HANDLE *evd);
+/* dat_cno_trigger: the non-blocking consume. */
+DAT_RETURN dfi_cno_consume(struct dfi_cno *c, DAT_EVD_HANDLE *evd);
+void dfi_cno_set_agent(struct dfi_cno *c, const DAT_OS_WAIT_PROXY_AGENT *agent);
+void dfi_cno_get_agent(struct dfi_cno *c, DAT_OS_WAIT_PROXY_AGENT *agent);
+/* dat_cno_free: DAT_SUCCESS, or DAT_INVALID_STATE|CNO_IN_USE (EVDs attached,
+ * a waiter, or an agent call in flight). */
+DAT_RETURN dfi_cno_free_check(struct dfi_cno *c);
+/* IA close: release every waiter with NULL and wait until none is left. */
+void dfi_cno_kill(struct dfi_cno *c);
+void dfi_cno_attach(struct dfi_cno *c);
+/* Keep the CNO alive across a trigger made after the EVD lock is dropped. */
+void dfi_cno_hold(struct dfi_cno *c);
+void dfi_cno_release(struct dfi_cno *c);
+/* from_free: the detach comes from dat_evd_free; waiters are released with
+ * a NULL EVD when it was the last attached EVD. */
+void dfi_cno_detach(struct dfi_cno *c, bool from_free);
+
+/* --------------------------------------------------------- time helpers */
+
+/* Absolute CLOCK_MONOTONIC deadline in ns for a DAT timeout (INFINITE: UINT64_MAX). */
+uint64_t dfi_deadline(DAT_TIMEOUT timeout_us);
+/* ns left until deadline (0 if passed); UINT64_MAX if infinite. */
+uint64_t dfi_remaining(uint64_t deadline);
+uint64_t dfi_now_ns(void);
+/* ppoll on fds[] until readable or deadline.  Returns >0 readable, 0 timeout, -EINTR. */
+int dfi_sleep_fds(const int *fds, int nfds, uint64_t deadline);
+
+#endif

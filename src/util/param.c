@@ -1,0 +1,81 @@
+/* The configuration table.  Add a tunable here and nowhere else. */
+#include "param.h"
+#include "log.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+const struct dfi_param dfi_params[DFI_P_COUNT] = {
+	[DFI_P_LOG_LEVEL] = { "DAPL_OFI_LOG_LEVEL", DFI_PARAM_STR, "warn",
+		"Log threshold: none, error, warn, info, debug or trace. "
+		"A list such as 'warn,evd=debug,cno=trace' sets subsystems apart." },
+	[DFI_P_LOG_SUBSYS] = { "DAPL_OFI_LOG_SUBSYS", DFI_PARAM_STR, "all",
+		"Subsystems that log at all (comma list of ia, evd, cno, mr, ep, "
+		"cm, fabric, api, or 'all')." },
+	[DFI_P_LOG_FILE] = { "DAPL_OFI_LOG_FILE", DFI_PARAM_STR, "",
+		"Log to this file instead of stderr; %p expands to the process "
+		"id, %h to the host name." },
+	[DFI_P_DBG_TYPE] = { "DAPL_DBG_TYPE", DFI_PARAM_HEX, "0",
+		"Legacy OFA uDAPL debug mask, accepted as an alias: 0x1 error, "
+		"0x2 warn, 0x4 evd, 0x8 cm, 0x10 ep, 0x20 util (ia, mr), 0x100 api; "
+		"any other bit turns on debug for every subsystem. "
+		"DAPL_OFI_LOG_LEVEL wins when both are set." },
+	[DFI_P_DBG_DEST] = { "DAPL_DBG_DEST", DFI_PARAM_INT, "0",
+		"Legacy OFA uDAPL destination: 1 stdout, 2 syslog, 3 both "
+		"(0: stderr, or DAPL_OFI_LOG_FILE)." },
+	[DFI_P_QUARANTINE] = { "DAPL_OFI_QUARANTINE", DFI_PARAM_INT, "4096",
+		"Freed handles kept poisoned so that a stale handle is rejected "
+		"with DAT_INVALID_HANDLE instead of being followed." },
+};
+
+const char *dfi_param_str(enum dfi_param_id id)
+{
+	const char *v = getenv(dfi_params[id].name);
+
+	return (v && *v) ? v : dfi_params[id].def;
+}
+
+long dfi_param_int(enum dfi_param_id id)
+{
+	const char *v = dfi_param_str(id);
+	char *end;
+	long n = strtol(v, &end, dfi_params[id].type == DFI_PARAM_HEX ? 0 : 10);
+
+	if (*v == '\0' || *end != '\0') {
+		dfi_warn(DFI_SS_IA, "%s=%s is not a number; using %s",
+			 dfi_params[id].name, v, dfi_params[id].def);
+		n = strtol(dfi_params[id].def, NULL, 0);
+	}
+	return n;
+}
+
+bool dfi_param_set(enum dfi_param_id id)
+{
+	const char *v = getenv(dfi_params[id].name);
+
+	return v && *v;
+}
+
+void dfi_param_check_unknown(void)
+{
+	extern char **environ;
+	static const char prefix[] = "DAPL_OFI_";
+
+	for (char **e = environ; e && *e; e++) {
+		const char *eq;
+		size_t n;
+		bool known = false;
+
+		if (strncmp(*e, prefix, sizeof(prefix) - 1) != 0)
+			continue;
+		eq = strchr(*e, '=');
+		n = eq ? (size_t)(eq - *e) : strlen(*e);
+		for (int i = 0; i < DFI_P_COUNT; i++)
+			if (strlen(dfi_params[i].name) == n &&
+			    strncmp(dfi_params[i].name, *e, n) == 0)
+				known = true;
+		if (!known)
+			dfi_warn(DFI_SS_IA, "unknown variable %.*s ignored "
+				 "(daplofi-info lists the known ones)", (int)n, *e);
+	}
+}
