@@ -8,7 +8,7 @@ LIBDIR      ?= $(PREFIX)/lib
 INCLUDEDIR  ?= $(PREFIX)/include
 BINDIR      ?= $(PREFIX)/bin
 MANDIR      ?= $(PREFIX)/share/man
-SYSCONFDIR  ?= $(PREFIX)/etc
+DATADIR     ?= $(PREFIX)/share
 PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 DESTDIR     ?=
 
@@ -119,23 +119,24 @@ demo: deps
 
 install: all
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(PKGCONFIGDIR) \
-		$(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man7 $(DESTDIR)$(SYSCONFDIR)/dat.conf.d \
+		$(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man7 $(DESTDIR)$(DATADIR)/dapl-ofi \
 		$(DESTDIR)$(INCLUDEDIR)/dat2
 	install -m 755 $(LIB) $(DESTDIR)$(LIBDIR)/$(SONAME)
 	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/libdaplofi.so
-	install -m 755 $(B)/daplofi-info $(DESTDIR)$(BINDIR)/daplofi-info
+	install -m 755 $(B)/daplofi-info $(B)/daplofi-demo $(DESTDIR)$(BINDIR)/
 	install -m 644 $(B)/dapl-ofi.pc $(DESTDIR)$(PKGCONFIGDIR)/dapl-ofi.pc
-	install -m 644 include/dat2/*.h $(DESTDIR)$(INCLUDEDIR)/dat2/
-	install -m 644 man/*.1 $(DESTDIR)$(MANDIR)/man1/
-	install -m 644 man/*.7 $(DESTDIR)$(MANDIR)/man7/
-	printf '%s\n' "# dapl-ofi: append to /etc/dat.conf" \
+	install -m 644 $(wildcard include/dat2/*.h) $(DESTDIR)$(INCLUDEDIR)/dat2/
+	$(if $(wildcard man/*.1),install -m 644 $(wildcard man/*.1) $(DESTDIR)$(MANDIR)/man1/)
+	$(if $(wildcard man/*.7),install -m 644 $(wildcard man/*.7) $(DESTDIR)$(MANDIR)/man7/)
+	printf '%s\n' "# dapl-ofi entries: append to /etc/dat.conf (libdat2 reads no other file)" \
 	  "ofi-lo u2.0 nonthreadsafe default $(SONAME) dapl.2.0 \"tcp lo\" \"\"" \
-	  > $(DESTDIR)$(SYSCONFDIR)/dat.conf.d/dapl-ofi.conf
+	  "# ofi-eth0 u2.0 nonthreadsafe default $(SONAME) dapl.2.0 \"tcp eth0\" \"\"" \
+	  > $(DESTDIR)$(DATADIR)/dapl-ofi/dat.conf
 
 uninstall:
 	rm -f $(DESTDIR)$(LIBDIR)/$(SONAME) $(DESTDIR)$(LIBDIR)/libdaplofi.so \
-	      $(DESTDIR)$(BINDIR)/daplofi-info $(DESTDIR)$(PKGCONFIGDIR)/dapl-ofi.pc \
-	      $(DESTDIR)$(SYSCONFDIR)/dat.conf.d/dapl-ofi.conf
+	      $(DESTDIR)$(BINDIR)/daplofi-info $(DESTDIR)$(BINDIR)/daplofi-demo $(DESTDIR)$(PKGCONFIGDIR)/dapl-ofi.pc \
+	      $(DESTDIR)$(DATADIR)/dapl-ofi/dat.conf $(DESTDIR)$(INCLUDEDIR)/dat2/dapl_ofi.h
 
 clean:
 	rm -rf build

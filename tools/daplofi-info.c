@@ -73,20 +73,20 @@ static int print_ias(const char *conf, int try_open)
 
 		if (tokens(line, t, 8) < 7)
 			continue;
-		printf("  %-16s %-10s %-40s \"%s\"", t[0], t[3], t[4], t[6]);
-		if (!try_open || strcmp(t[3], "default") != 0) {
-			printf("\n");
-			continue;
-		}
+		printf("  %-16s %-10s %s \"%s\"\n", t[0], t[3], t[4], t[6]);
+		if (!try_open || strcmp(t[3], "default") != 0)
+			continue;	/* the registry ignores nondefault entries */
+		fflush(stdout);		/* our log lines, if any, follow on stderr */
 		rc = dat_ia_open(t[0], 8, &async, &ia);
 		if (rc == DAT_SUCCESS) {
-			printf("  opens\n");
+			printf("      opens\n");
 			dat_ia_close(ia, DAT_CLOSE_ABRUPT_FLAG);
 		} else {
 			dat_strerror(rc, &major, &minor);
-			printf("  FAILS: %s %s\n", major, minor);
+			printf("      does not open: %s %s\n", major, minor);
 			bad++;
 		}
+		fflush(stdout);
 	}
 	fclose(f);
 	return bad ? 2 : 0;

@@ -1,6 +1,7 @@
 /* The Interface Adapter: open (fabric + domain + async EVD), query, close. */
 #include "dfi.h"
 #include "fabric/fabric.h"
+#include "dat2/dapl_ofi.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -91,9 +92,9 @@ DAT_RETURN dfi_ia_open(const DAT_NAME_PTR name, DAT_COUNT async_qlen,
 		goto err_fab;
 	dfi_evq_ref(&ia->async_evd->q);		/* the IA feeds it */
 
-	ia->prov_attr[0] = (DAT_NAMED_ATTR){ "DAT_IB_TRANSPORT_MTU", p->mtu_str };
-	ia->prov_attr[1] = (DAT_NAMED_ATTR){ "DAT_IB_RDMA_READ", p->cfg.rdma_read ? "TRUE" : "FALSE" };
-	ia->prov_attr[2] = (DAT_NAMED_ATTR){ "DAPL_OFI_FABRIC_PROVIDER", p->cfg.prov_name };
+	ia->prov_attr[0] = (DAT_NAMED_ATTR){ DAPL_OFI_ATTR_MTU, p->mtu_str };
+	ia->prov_attr[1] = (DAT_NAMED_ATTR){ DAPL_OFI_ATTR_RDMA_READ, p->cfg.rdma_read ? "TRUE" : "FALSE" };
+	ia->prov_attr[2] = (DAT_NAMED_ATTR){ DAPL_OFI_ATTR_FABRIC, p->cfg.prov_name };
 	ia->n_prov_attr = 3;
 
 	*async_evd = ia->async_evd;
@@ -173,8 +174,8 @@ static void fill_provider_attr(struct dfi_ia *ia, DAT_PROVIDER_ATTR *a)
 {
 	/* evd_stream_merging_supported is const in the header: build a copy. */
 	DAT_PROVIDER_ATTR t = {
-		.provider_version_major = 0,
-		.provider_version_minor = 1,
+		.provider_version_major = DAPL_OFI_VERSION_MAJOR,
+		.provider_version_minor = DAPL_OFI_VERSION_MINOR,
 		.dapl_version_major = DAT_VERSION_MAJOR,
 		.dapl_version_minor = DAT_VERSION_MINOR,
 		.lmr_mem_types_supported = DAT_MEM_TYPE_VIRTUAL | DAT_MEM_TYPE_LMR,
@@ -206,7 +207,7 @@ static void fill_provider_attr(struct dfi_ia *ia, DAT_PROVIDER_ATTR *a)
 		.provider_specific_attr = ia->prov_attr,
 	};
 
-	snprintf(t.provider_name, sizeof(t.provider_name), "dapl-ofi");
+	snprintf(t.provider_name, sizeof(t.provider_name), DAPL_OFI_PROVIDER_NAME);
 	memcpy(a, &t, sizeof(t));
 	memcpy((void *)a->evd_stream_merging_supported, dfi_merging, sizeof(dfi_merging));
 }

@@ -1,0 +1,20 @@
+/*
+ * dapl-ofi public header: what a DAT program may use to recognise and tune
+ * the dapl-ofi provider.  Plain macros; no library to link (programs link
+ * -ldat2 only and reach dapl-ofi through the registry).
+ */
+#ifndef DAPL_OFI_H
+#define DAPL_OFI_H
+
+#define DAPL_OFI_VERSION_MAJOR	0
+#define DAPL_OFI_VERSION_MINOR	1
+
+/* DAT_PROVIDER_ATTR.provider_name of dapl-ofi IAs. */
+#define DAPL_OFI_PROVIDER_NAME	"dapl-ofi"
+
+/* Provider-specific attributes (DAT_PROVIDER_ATTR.provider_specific_attr). */
+#define DAPL_OFI_ATTR_MTU	"DAT_IB_TRANSPORT_MTU"	  /* "2048", or ia_params mtu= */
+#define DAPL_OFI_ATTR_RDMA_READ	"DAT_IB_RDMA_READ"	  /* "TRUE" with rdma_read=1 */
+#define DAPL_OFI_ATTR_FABRIC	"DAPL_OFI_FABRIC_PROVIDER" /* libfabric provider name */
+
+#endif

@@ -1,0 +1,28 @@
+#!/bin/bash
+# make check: build with gcc and clang (warnings are errors), build the
+# ASan+UBSan and TSan variants, run every test in each, print one closing
+# line "N passed, N failed" and fail if anything failed.
+set -u
+jobs=$(nproc 2>/dev/null || echo 2)
+step() { echo "== $*"; }
+die() { echo "$*" >&2; echo "0 passed, 1 failed"; exit 1; }
+
+step "build (gcc)";          make -s -j"$jobs" all tests >/dev/null || die "gcc build failed"
+step "build (clang)";        make -s -j"$jobs" CC=clang B=build/clang all tests >/dev/null || die "clang build failed"
+step "build (ASan+UBSan)";   make -s -j"$jobs" B=build/asan SAN=asan all tests >/dev/null || die "ASan build failed"
+step "build (TSan)";         make -s -j"$jobs" B=build/tsan SAN=tsan tests >/dev/null || die "TSan build failed"
+
+total_pass=0 total_fail=0
+tally() {
+	local line
+	line=$(tail -n 1 "$1")
+	set -- $line
+	total_pass=$((total_pass + $2)) total_fail=$((total_fail + $3))
+}
+out=$(mktemp)
+step "tests (gcc)";          tests/run.sh plain build all | tee "$out"; tally "$out"
+step "tests (ASan+UBSan)";   tests/run.sh asan build/asan all | tee "$out"; tally "$out"
+step "tests (TSan, event core)"; tests/run.sh tsan build/tsan unit | tee "$out"; tally "$out"
+rm -f "$out"
+echo "$total_pass passed, $total_fail failed"
+[ "$total_fail" -eq 0 ]

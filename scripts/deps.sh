@@ -1,0 +1,22 @@
+#!/bin/sh
+# Install the Debian 12 packages dapl-ofi needs to build and test, when
+# missing.  As root: apt-get installs them.  Otherwise: say which.
+set -e
+PKGS="make gcc clang pkg-config libdapl-dev dapl2-utils libfabric-dev libfabric-bin \
+libcmocka-dev spin"
+missing=""
+for p in $PKGS; do
+	dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed$' ||
+		missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+if [ "$(id -u)" = 0 ]; then
+	echo "dapl-ofi: installing missing packages:$missing"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq
+	apt-get install -y -qq --no-install-recommends $missing >/dev/null
+else
+	echo "dapl-ofi: missing packages:$missing" >&2
+	echo "dapl-ofi: run:  sudo apt-get install$missing" >&2
+	exit 1
+fi

@@ -1,0 +1,63 @@
+#!/bin/bash
+# dapl-ofi test runner: runs every test of one build variant, each under a
+# timeout, counts TAP lines ("ok" / "not ok") of cmocka and our scripts, and
+# counts a crash, a timeout or a non-zero exit as a failure of its own.
+#
+#   tests/run.sh VARIANT BUILD_DIR [unit|all]
+#   VARIANT: plain, asan or tsan (what to preload for the stock programs)
+# Prints "RESULT <passed> <failed>" last; scripts/check.sh adds them up.
+set -u
+variant=$1 B=$2 scope=${3:-all}
+logdir=$B/test-logs
+mkdir -p "$logdir"
+pass=0 fail=0
+
+export DAT_OVERRIDE=$PWD/$B/dat.conf
+export CMOCKA_MESSAGE_OUTPUT=TAP
+export DAPL_OFI_LOG_LEVEL=${DAPL_OFI_LOG_LEVEL:-error}
+case $variant in
+asan)
+	export ASAN_OPTIONS=abort_on_error=1:detect_leaks=1:strict_string_checks=1
+	export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+	stock_wrap="env LD_PRELOAD=$(gcc -print-file-name=libasan.so):$(gcc -print-file-name=libubsan.so) ASAN_OPTIONS=abort_on_error=1:detect_leaks=0"
+	;;
+tsan)
+	export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
+	stock_wrap=""
+	;;
+*)	stock_wrap="" ;;
+esac
+
+# run NAME TIMEOUT CMD...
+run() {
+	local name=$1 limit=$2; shift 2
+	local log=$logdir/$name.log rc p f
+	timeout --kill-after=10 "$limit" "$@" >"$log" 2>&1
+	rc=$?
+	p=$(grep -cE '^ok [0-9]+' "$log")
+	f=$(grep -cE '^not ok [0-9]+' "$log")
+	if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+		f=1	# died, timed out or failed outside any test case
+	fi
+	pass=$((pass + p)) fail=$((fail + f))
+	if [ "$f" -eq 0 ]; then
+		printf '  %-8s %-28s %4d passed\n' "$variant" "$name" "$p"
+	else
+		printf '  %-8s %-28s %4d passed, %d FAILED (exit %d), log: %s\n' \
+			"$variant" "$name" "$p" "$f" "$rc" "$log"
+		grep -E '^not ok|ERROR|error:|FAIL|Sanitizer|runtime error|Assertion' "$log" |
+			head -20 | sed 's/^/      | /'
+		[ "$rc" -eq 124 ] && echo "      | timed out after $limit"
+	fi
+}
+
+for t in "$B"/tests/test_*; do
+	[ -x "$t" ] || continue
+	name=$(basename "$t")
+	case $name in test_api*) [ "$scope" = unit ] && continue ;; esac
+	run "$name" 300 "$t"
+done
+if [ "$scope" = all ] && [ -x tests/stock/dapltest.sh ]; then
+	B=$B DAPLTEST_WRAP="$stock_wrap" run stock_dapltest 900 tests/stock/dapltest.sh
+fi
+echo "RESULT $pass $fail"
