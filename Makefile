@@ -128,7 +128,7 @@ install: all
 	install -m 644 $(wildcard include/dat2/*.h) $(DESTDIR)$(INCLUDEDIR)/dat2/
 	$(if $(wildcard man/*.1),install -m 644 $(wildcard man/*.1) $(DESTDIR)$(MANDIR)/man1/)
 	$(if $(wildcard man/*.7),install -m 644 $(wildcard man/*.7) $(DESTDIR)$(MANDIR)/man7/)
-	printf '%s\n' "# dapl-ofi entries: append to /etc/dat.conf (libdat2 reads no other file)" \
+	printf '%s\n' "# dapl-ofi entries: append to /etc/dat.conf, or name this file in DAT_OVERRIDE" \
 	  "ofi-lo u2.0 nonthreadsafe default $(SONAME) dapl.2.0 \"tcp lo\" \"\"" \
 	  "# ofi-eth0 u2.0 nonthreadsafe default $(SONAME) dapl.2.0 \"tcp eth0\" \"\"" \
 	  > $(DESTDIR)$(DATADIR)/dapl-ofi/dat.conf
@@ -136,7 +136,10 @@ install: all
 uninstall:
 	rm -f $(DESTDIR)$(LIBDIR)/$(SONAME) $(DESTDIR)$(LIBDIR)/libdaplofi.so \
 	      $(DESTDIR)$(BINDIR)/daplofi-info $(DESTDIR)$(BINDIR)/daplofi-demo $(DESTDIR)$(PKGCONFIGDIR)/dapl-ofi.pc \
-	      $(DESTDIR)$(DATADIR)/dapl-ofi/dat.conf $(DESTDIR)$(INCLUDEDIR)/dat2/dapl_ofi.h
+	      $(DESTDIR)$(DATADIR)/dapl-ofi/dat.conf $(DESTDIR)$(INCLUDEDIR)/dat2/dapl_ofi.h \
+	      $(addprefix $(DESTDIR)$(MANDIR)/man1/,$(notdir $(wildcard man/*.1))) \
+	      $(addprefix $(DESTDIR)$(MANDIR)/man7/,$(notdir $(wildcard man/*.7)))
+	-rmdir $(DESTDIR)$(DATADIR)/dapl-ofi
 
 clean:
 	rm -rf build

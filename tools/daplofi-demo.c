@@ -161,6 +161,6 @@ int main(int argc, char **argv)
 	    check(dat_ia_close(ia, DAT_CLOSE_GRACEFUL_FLAG), "dat_ia_close"))
 		return 1;
 	printf("\nIA closed gracefully.  (Connections and data transfer arrive with the "
-	       "transport; see README.md.)\n");
+	       "transport; see dapl-ofi(7).)\n");
 	return 0;
 }

@@ -2,8 +2,9 @@
  * daplofi-info: the configuration table with the values in force, and the IAs
  * of a dat.conf with whether each opens through the stock registry.
  *
- *   daplofi-info [-c] [-f dat.conf] [-q]
+ *   daplofi-info [-c] [-a] [-f dat.conf] [-q]
  *     -c  print only the configuration table
+ *     -a  try to open every default entry, not only dapl-ofi's
  *     -f  the dat.conf to read (default: $DAT_OVERRIDE, else /etc/dat.conf)
  *     -q  do not try to open the IAs
  */
@@ -53,7 +54,7 @@ static int tokens(char *line, char **tok, int max)
 	return n;
 }
 
-static int print_ias(const char *conf, int try_open)
+static int print_ias(const char *conf, int try_open, int all)
 {
 	char line[2048];
 	FILE *f = fopen(conf, "r");
@@ -76,6 +77,8 @@ static int print_ias(const char *conf, int try_open)
 		printf("  %-16s %-10s %s \"%s\"\n", t[0], t[3], t[4], t[6]);
 		if (!try_open || strcmp(t[3], "default") != 0)
 			continue;	/* the registry ignores nondefault entries */
+		if (!all && !strstr(t[4], "libdaplofi"))
+			continue;	/* another provider's entry: not ours to judge */
 		fflush(stdout);		/* our log lines, if any, follow on stderr */
 		rc = dat_ia_open(t[0], 8, &async, &ia);
 		if (rc == DAT_SUCCESS) {
@@ -95,20 +98,30 @@ static int print_ias(const char *conf, int try_open)
 int main(int argc, char **argv)
 {
 	const char *conf = getenv("DAT_OVERRIDE");
-	int only_params = 0, try_open = 1, c;
+	int only_params = 0, try_open = 1, all = 0, c;
 
-	while ((c = getopt(argc, argv, "cf:qh")) != -1) {
+	while ((c = getopt(argc, argv, "acf:qh")) != -1) {
 		switch (c) {
+		case 'a': all = 1; break;
 		case 'c': only_params = 1; break;
-		case 'f': conf = optarg; setenv("DAT_OVERRIDE", optarg, 1); break;
+		case 'f': conf = optarg; break;
 		case 'q': try_open = 0; break;
 		default:
-			fprintf(stderr, "usage: %s [-c] [-f dat.conf] [-q]\n", argv[0]);
+			fprintf(stderr, "usage: %s [-a] [-c] [-f dat.conf] [-q]\n", argv[0]);
 			return c == 'h' ? 0 : 1;
 		}
+	}
+	/* libdat2 reads its dat.conf when it is loaded, before main(): to open
+	 * the IAs of another file, run again with DAT_OVERRIDE naming it. */
+	if (conf && *conf && (!getenv("DAT_OVERRIDE") ||
+			      strcmp(getenv("DAT_OVERRIDE"), conf) != 0)) {
+		setenv("DAT_OVERRIDE", conf, 1);
+		execv("/proc/self/exe", argv);
+		perror("daplofi-info: re-executing with DAT_OVERRIDE");
+		return 1;
 	}
 	print_params();
 	if (only_params)
 		return 0;
-	return print_ias(conf && *conf ? conf : "/etc/dat.conf", try_open);
+	return print_ias(conf && *conf ? conf : "/etc/dat.conf", try_open, all);
 }

@@ -1,5 +1,5 @@
 /* The logger.  Lines look like:
- *   dapl-ofi[1234] WARN  evd: dfi_evd_wait: threshold 0 out of range 1..64
+ *   dapl-ofi[1234] warn  api: wait_precheck: EVD 0x5581...: threshold 0 out of range 1..64
  */
 #include "log.h"
 #include "param.h"
@@ -63,10 +63,8 @@ static int parse_subsys(const char *s, size_t n)
 /* Legacy OFA DAPL_DBG_TYPE bits. */
 static void apply_dbg_type(unsigned long mask)
 {
-	int all = DFI_LOG_NONE;
+	int all = DFI_LOG_ERROR;	/* errors always show */
 
-	if (mask & 0x1)
-		all = DFI_LOG_ERROR;
 	if (mask & 0x2)
 		all = DFI_LOG_WARN;
 	for (int i = 0; i < DFI_SS_COUNT; i++)

@@ -16,8 +16,8 @@ const struct dfi_param dfi_params[DFI_P_COUNT] = {
 		"Log to this file instead of stderr; %p expands to the process "
 		"id, %h to the host name." },
 	[DFI_P_DBG_TYPE] = { "DAPL_DBG_TYPE", DFI_PARAM_HEX, "0",
-		"Legacy OFA uDAPL debug mask, accepted as an alias: 0x1 error, "
-		"0x2 warn, 0x4 evd, 0x8 cm, 0x10 ep, 0x20 util (ia, mr), 0x100 api; "
+		"Legacy OFA uDAPL debug mask, accepted as an alias: errors always "
+		"show; 0x2 warn, 0x4 evd, 0x8 cm, 0x10 ep, 0x20 util (ia, mr), 0x100 api; "
 		"any other bit turns on debug for every subsystem. "
 		"DAPL_OFI_LOG_LEVEL wins when both are set." },
 	[DFI_P_DBG_DEST] = { "DAPL_DBG_DEST", DFI_PARAM_INT, "0",
