@@ -36,7 +36,7 @@ UTIL_SRCS   := src/util/log.c src/util/param.c
 EVENT_SRCS  := src/event/evd_core.c src/event/cno_core.c src/event/time.c
 FABRIC_SRCS := src/fabric/fabric.c
 DAT_SRCS    := src/dat/provider.c src/dat/stubs.c src/dat/handle.c src/dat/ia.c \
-	       src/dat/pz.c src/dat/lmr.c src/dat/evd.c src/dat/cno.c
+	       src/dat/pz.c src/dat/lmr.c src/dat/evd.c src/dat/cno.c src/dat/ep.c
 LIB_SRCS    := $(UTIL_SRCS) $(EVENT_SRCS) $(FABRIC_SRCS) $(DAT_SRCS)
 CORE_SRCS   := $(UTIL_SRCS) $(EVENT_SRCS)
 
@@ -75,12 +75,12 @@ $(B)/daplofi-demo: $(call obj,tools/daplofi-demo.c)
 	$(CC) -o $@ $^ $(ALL_LDFLAGS) -ldat2
 
 # Unit tests link the event core directly (no libfabric, no registry).
-$(B)/tests/test_%: $(B)/obj/tests/unit/test_%.o $(call obj,$(CORE_SRCS))
+$(UNIT_BINS): $(B)/tests/%: $(B)/obj/tests/unit/%.o $(call obj,$(CORE_SRCS))
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $^ $(ALL_LDFLAGS) $(CMOCKA_LIBS)
 
 # Integration tests go through the stock registry: they link -ldat2 only.
-$(B)/tests/test_api%: $(B)/obj/tests/integ/test_api%.o
+$(INTEG_BINS): $(B)/tests/%: $(B)/obj/tests/integ/%.o
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $^ $(ALL_LDFLAGS) $(CMOCKA_LIBS) -ldat2
 

@@ -12,17 +12,17 @@ step "build (clang)";        make -s -j"$jobs" CC=clang B=build/clang all tests 
 step "build (ASan+UBSan)";   make -s -j"$jobs" B=build/asan SAN=asan all tests >/dev/null || die "ASan build failed"
 step "build (TSan)";         make -s -j"$jobs" B=build/tsan SAN=tsan tests >/dev/null || die "TSan build failed"
 
-total_pass=0 total_fail=0
+total_pass=0 total_fail=0 total_skip=0
 tally() {
 	local line
 	line=$(tail -n 1 "$1")
 	set -- $line
-	total_pass=$((total_pass + $2)) total_fail=$((total_fail + $3))
+	total_pass=$((total_pass + $2)) total_fail=$((total_fail + $3)) total_skip=$((total_skip + $4))
 }
 out=$(mktemp)
 step "tests (gcc)";          tests/run.sh plain build all | tee "$out"; tally "$out"
 step "tests (ASan+UBSan)";   tests/run.sh asan build/asan all | tee "$out"; tally "$out"
 step "tests (TSan, event core)"; tests/run.sh tsan build/tsan unit | tee "$out"; tally "$out"
 rm -f "$out"
-echo "$total_pass passed, $total_fail failed"
+echo "$total_pass passed, $total_fail failed, $total_skip skipped"
 [ "$total_fail" -eq 0 ]

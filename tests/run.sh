@@ -5,12 +5,13 @@
 #
 #   tests/run.sh VARIANT BUILD_DIR [unit|all]
 #   VARIANT: plain, asan or tsan (what to preload for the stock programs)
-# Prints "RESULT <passed> <failed>" last; scripts/check.sh adds them up.
+# Prints "RESULT <passed> <failed> <skipped>" last; scripts/check.sh adds
+# them up.  A TAP "ok ... # SKIP why" counts as skipped, not passed.
 set -u
 variant=$1 B=$2 scope=${3:-all}
 logdir=$B/test-logs
 mkdir -p "$logdir"
-pass=0 fail=0
+pass=0 fail=0 skip=0
 
 export DAT_OVERRIDE=$PWD/$B/dat.conf
 export CMOCKA_MESSAGE_OUTPUT=TAP
@@ -31,17 +32,19 @@ esac
 # run NAME TIMEOUT CMD...
 run() {
 	local name=$1 limit=$2; shift 2
-	local log=$logdir/$name.log rc p f
+	local log=$logdir/$name.log rc p f s
 	timeout --kill-after=10 "$limit" "$@" >"$log" 2>&1
 	rc=$?
-	p=$(grep -cE '^ok [0-9]+' "$log")
+	s=$(grep -cE '^ok [0-9]+.*# SKIP' "$log")
+	p=$(( $(grep -cE '^ok [0-9]+' "$log") - s ))
 	f=$(grep -cE '^not ok [0-9]+' "$log")
 	if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
 		f=1	# died, timed out or failed outside any test case
 	fi
-	pass=$((pass + p)) fail=$((fail + f))
+	pass=$((pass + p)) fail=$((fail + f)) skip=$((skip + s))
 	if [ "$f" -eq 0 ]; then
-		printf '  %-8s %-28s %4d passed\n' "$variant" "$name" "$p"
+		printf '  %-8s %-28s %4d passed%s\n' "$variant" "$name" "$p" \
+			"$([ "$s" -gt 0 ] && echo ", $s skipped")"
 	else
 		printf '  %-8s %-28s %4d passed, %d FAILED (exit %d), log: %s\n' \
 			"$variant" "$name" "$p" "$f" "$rc" "$log"
@@ -60,4 +63,4 @@ done
 if [ "$scope" = all ] && [ -x tests/stock/dapltest.sh ]; then
 	B=$B DAPLTEST_WRAP="$stock_wrap" run stock_dapltest 900 tests/stock/dapltest.sh
 fi
-echo "RESULT $pass $fail"
+echo "RESULT $pass $fail $skip"

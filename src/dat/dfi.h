@@ -111,6 +111,16 @@ struct dfi_lmr {
 	struct dfi_lmr *base;		/* DAT_MEM_TYPE_LMR: the LMR it shares */
 };
 
+/* An endpoint.  Today it exists on the DAT side only (the libfabric endpoint
+ * is created when it connects or accepts; that is the transport issue). */
+struct dfi_ep {
+	struct dfi_obj hdr;
+	struct dfi_pz *pz;
+	struct dfi_evd *recv_evd, *req_evd, *conn_evd;
+	DAT_EP_ATTR attr;
+	DAT_EP_STATE state;		/* IA lock */
+};
+
 struct dfi_cno_obj {
 	struct dfi_obj hdr;
 	struct dfi_cno core;
@@ -200,6 +210,16 @@ void dfi_cno_destroy(struct dfi_cno_obj *cno);
 
 struct dfi_provider *dfi_provider_find(const char *ia_name);
 
+DAT_RETURN dfi_ep_create(DAT_IA_HANDLE ia, DAT_PZ_HANDLE pz, DAT_EVD_HANDLE recv_evd,
+			 DAT_EVD_HANDLE req_evd, DAT_EVD_HANDLE conn_evd,
+			 const DAT_EP_ATTR *attr, DAT_EP_HANDLE *ep);
+DAT_RETURN dfi_ep_query(DAT_EP_HANDLE ep, DAT_EP_PARAM_MASK mask, DAT_EP_PARAM *param);
+DAT_RETURN dfi_ep_get_status(DAT_EP_HANDLE ep, DAT_EP_STATE *state, DAT_BOOLEAN *recv_idle,
+			     DAT_BOOLEAN *req_idle);
+DAT_RETURN dfi_ep_reset(DAT_EP_HANDLE ep);
+DAT_RETURN dfi_ep_free(DAT_EP_HANDLE ep);
+void dfi_ep_destroy(struct dfi_ep *ep);
+
 /* stubs.c: every slot not built yet. */
 void dfi_fill_stubs(DAT_PROVIDER *p);
 
@@ -209,6 +229,11 @@ void dfi_fill_stubs(DAT_PROVIDER *p);
 #define DFI_MAX_EVDS		4096
 #define DFI_MAX_CNOS		4096
 #define DFI_MAX_LMR_BLOCK	(1u << 30)
+/* Endpoint defaults, for NULL or zero attributes (dat-clients.md 3.1). */
+#define DFI_EP_DEFAULT_DTOS	16
+#define DFI_EP_DEFAULT_IOV	4
+#define DFI_EP_DEFAULT_RDMA_RD	4
+#define DFI_MAX_RDMA_READ	16
 
 /* Convenience for argument rejections: log why, return the code. */
 #define DFI_REJECT(code, ...) ({ dfi_reject(DFI_SS_API, __VA_ARGS__); (code); })

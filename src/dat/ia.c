@@ -227,7 +227,14 @@ DAT_RETURN dfi_ia_query(DAT_IA_HANDLE h, DAT_EVD_HANDLE *async_evd,
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3),
 				  "IA attribute mask 0x%llx has unknown bits",
 				  (unsigned long long)ia_mask);
-	(void)pr_mask;
+	if (ia_mask && !ia_attr)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG4),
+				  "IA attributes requested (mask 0x%llx) into a NULL pointer",
+				  (unsigned long long)ia_mask);
+	if (pr_mask && !pr_attr)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG6),
+				  "provider attributes requested (mask 0x%llx) into a NULL pointer",
+				  (unsigned long long)pr_mask);
 	if (async_evd)
 		*async_evd = ia->async_evd;
 	if (ia_attr)
@@ -240,7 +247,9 @@ DAT_RETURN dfi_ia_query(DAT_IA_HANDLE h, DAT_EVD_HANDLE *async_evd,
 /* Free everything the IA owns, dependents first. */
 static void destroy_children(struct dfi_ia *ia)
 {
-	static const enum dfi_type order[] = { DFI_T_LMR, DFI_T_PZ, DFI_T_EVD, DFI_T_CNO };
+	static const enum dfi_type order[] = {
+		DFI_T_EP, DFI_T_LMR, DFI_T_PZ, DFI_T_EVD, DFI_T_CNO,
+	};
 
 	for (size_t k = 0; k < sizeof(order) / sizeof(order[0]); k++) {
 		bool again = true;
@@ -263,6 +272,7 @@ static void destroy_children(struct dfi_ia *ia)
 			if (!victim)
 				break;
 			switch (order[k]) {
+			case DFI_T_EP: dfi_ep_destroy((struct dfi_ep *)victim); break;
 			case DFI_T_LMR: dfi_lmr_destroy((struct dfi_lmr *)victim); break;
 			case DFI_T_PZ: dfi_pz_destroy((struct dfi_pz *)victim); break;
 			case DFI_T_EVD: dfi_evd_destroy((struct dfi_evd *)victim); break;

@@ -1,0 +1,249 @@
+/*
+ * Endpoints: creation with defaults and checks, query, status, reset, free.
+ * An EP holds references on its PZ and its EVDs, so neither is freed under
+ * it.  Connections and data transfer are not built yet (stubs.c).
+ */
+#include "dfi.h"
+#include "fabric/fabric.h"
+
+#include <string.h>
+
+static struct dfi_evd *evd_of(struct dfi_ia *ia, DAT_EVD_HANDLE h, DAT_EVD_FLAGS need)
+{
+	struct dfi_evd *e = dfi_obj_get(h, DFI_T_EVD);
+
+	return e && e->hdr.ia == ia && (e->q.flags & need) ? e : NULL;
+}
+
+/* NULL or zero fields mean "the provider's default" (dtest, dtestcm and
+ * dapltest pass zeros and NULL); anything above the IA's limits is refused. */
+static DAT_RETURN ep_attr_resolve(struct dfi_ia *ia, const DAT_EP_ATTR *in, DAT_EP_ATTR *a)
+{
+	const struct dfi_fabric_limits *l = dfi_fabric_limits(ia->fab);
+	DAT_COUNT max_dtos = (DAT_COUNT)(l->tx_size < l->rx_size ? l->tx_size : l->rx_size);
+	DAT_COUNT max_iov = (DAT_COUNT)(l->iov_limit > 16 ? 16 : l->iov_limit);
+	DAT_SEG_LENGTH max_msg = l->max_msg_size > 0x80000000u ? 0x80000000u :
+				 (DAT_SEG_LENGTH)l->max_msg_size;
+
+	memset(a, 0, sizeof(*a));
+	if (in)
+		*a = *in;
+	if (a->service_type != DAT_SERVICE_TYPE_RC)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG6),
+				  "EP service type %d: only DAT_SERVICE_TYPE_RC", (int)a->service_type);
+	if (!a->max_message_size)
+		a->max_message_size = max_msg;
+	/* max_rdma_size is not enforced per operation: dtest asks for 64 KiB
+	 * and writes megabytes (dat-clients.md 3.2); report the IA's. */
+	if (!a->max_rdma_size || a->max_rdma_size < max_msg)
+		a->max_rdma_size = max_msg;
+	if (!a->recv_completion_flags)
+		a->recv_completion_flags = DAT_COMPLETION_EVD_THRESHOLD_FLAG;
+	if (!a->max_recv_dtos)
+		a->max_recv_dtos = DFI_EP_DEFAULT_DTOS;
+	if (!a->max_request_dtos)
+		a->max_request_dtos = DFI_EP_DEFAULT_DTOS;
+	if (!a->max_recv_iov)
+		a->max_recv_iov = DFI_EP_DEFAULT_IOV;
+	if (!a->max_request_iov)
+		a->max_request_iov = DFI_EP_DEFAULT_IOV;
+	if (!a->max_rdma_read_in)
+		a->max_rdma_read_in = DFI_EP_DEFAULT_RDMA_RD;
+	if (!a->max_rdma_read_out)
+		a->max_rdma_read_out = DFI_EP_DEFAULT_RDMA_RD;
+	if (!a->max_rdma_read_iov)
+		a->max_rdma_read_iov = max_iov;
+	if (!a->max_rdma_write_iov)
+		a->max_rdma_write_iov = max_iov;
+	if (a->max_recv_dtos < 0 || a->max_recv_dtos > max_dtos ||
+	    a->max_request_dtos < 0 || a->max_request_dtos > max_dtos)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG6),
+				  "EP DTO queues %d/%d exceed max_dto_per_ep %d",
+				  a->max_recv_dtos, a->max_request_dtos, max_dtos);
+	if (a->max_recv_iov < 0 || a->max_recv_iov > max_iov || a->max_request_iov < 0 ||
+	    a->max_request_iov > max_iov || a->max_rdma_read_iov < 0 ||
+	    a->max_rdma_read_iov > max_iov || a->max_rdma_write_iov < 0 ||
+	    a->max_rdma_write_iov > max_iov)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG6),
+				  "EP IOV limits %d/%d/%d/%d exceed max_iov_segments %d",
+				  a->max_recv_iov, a->max_request_iov, a->max_rdma_read_iov,
+				  a->max_rdma_write_iov, max_iov);
+	if (a->max_rdma_read_in < 0 || a->max_rdma_read_in > DFI_MAX_RDMA_READ ||
+	    a->max_rdma_read_out < 0 || a->max_rdma_read_out > DFI_MAX_RDMA_READ)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG6),
+				  "EP RDMA reads %d/%d exceed %d", a->max_rdma_read_in,
+				  a->max_rdma_read_out, DFI_MAX_RDMA_READ);
+	if (a->recv_completion_flags & DAT_COMPLETION_UNSIGNALLED_FLAG)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG6),
+				  "DAT_COMPLETION_UNSIGNALLED_FLAG is not allowed for receives");
+	/* Not ours to keep: the consumer's arrays may go away. */
+	a->ep_transport_specific_count = 0;
+	a->ep_transport_specific = NULL;
+	a->ep_provider_specific_count = 0;
+	a->ep_provider_specific = NULL;
+	return DAT_SUCCESS;
+}
+
+/* Consumer-controlled notification models restrict the wait threshold of the
+ * EVDs they feed (DAT_INVALID_STATE for threshold > 1). */
+static void ep_notify_models(struct dfi_ep *ep, int delta)
+{
+	if (ep->req_evd && (ep->attr.request_completion_flags & DAT_COMPLETION_UNSIGNALLED_FLAG))
+		dfi_evq_notify_model(&ep->req_evd->q, DAT_EVD_STATE_CONFIG_NOTIFY, delta);
+	if (ep->recv_evd && (ep->attr.recv_completion_flags & DAT_COMPLETION_SOLICITED_WAIT_FLAG))
+		dfi_evq_notify_model(&ep->recv_evd->q, DAT_EVD_STATE_CONFIG_SOLICITED, delta);
+}
+
+static void ep_refs(struct dfi_ep *ep, int delta)
+{
+	struct dfi_evd *evds[3] = { ep->recv_evd, ep->req_evd, ep->conn_evd };
+
+	for (int i = 0; i < 3; i++) {
+		if (!evds[i])
+			continue;
+		if (delta > 0)
+			dfi_evq_ref(&evds[i]->q);
+		else
+			dfi_evq_unref(&evds[i]->q);
+	}
+	ep_notify_models(ep, delta);
+}
+
+DAT_RETURN dfi_ep_create(DAT_IA_HANDLE h, DAT_PZ_HANDLE pzh, DAT_EVD_HANDLE recvh,
+			 DAT_EVD_HANDLE reqh, DAT_EVD_HANDLE connh,
+			 const DAT_EP_ATTR *attr, DAT_EP_HANDLE *out)
+{
+	struct dfi_ia *ia = dfi_obj_get(h, DFI_T_IA);
+	struct dfi_pz *pz = dfi_obj_get(pzh, DFI_T_PZ);
+	struct dfi_evd *recv = NULL, *req = NULL, *conn = NULL;
+	DAT_EP_ATTR a;
+	struct dfi_ep *ep;
+	DAT_RETURN rc;
+
+	if (!ia)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_IA),
+				  "%p is not an IA handle", (void *)h);
+	if (!pz || pz->hdr.ia != ia)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_PZ),
+				  "%p is not a PZ of this IA", (void *)pzh);
+	if (recvh && !(recv = evd_of(ia, recvh, DAT_EVD_DTO_FLAG)))
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EVD_RECV),
+				  "%p is not a DTO EVD of this IA", (void *)recvh);
+	if (reqh && !(req = evd_of(ia, reqh, DAT_EVD_DTO_FLAG)))
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EVD_REQUEST),
+				  "%p is not a DTO EVD of this IA", (void *)reqh);
+	if (connh && !(conn = evd_of(ia, connh, DAT_EVD_CONNECTION_FLAG)))
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EVD_CONN),
+				  "%p is not a connection EVD of this IA", (void *)connh);
+	if (!out)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG7),
+				  "EP handle pointer is NULL");
+	rc = ep_attr_resolve(ia, attr, &a);
+	if (rc != DAT_SUCCESS)
+		return rc;
+
+	ep = dfi_obj_new(ia, DFI_T_EP, sizeof(*ep));
+	if (!ep)
+		return DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_MEMORY);
+	ep->pz = pz;
+	ep->recv_evd = recv;
+	ep->req_evd = req;
+	ep->conn_evd = conn;
+	ep->attr = a;
+	ep->state = DAT_EP_STATE_UNCONNECTED;
+	pthread_mutex_lock(&ia->lock);
+	pz->refs++;
+	pthread_mutex_unlock(&ia->lock);
+	ep_refs(ep, +1);
+	*out = ep;
+	return DAT_SUCCESS;
+}
+
+#define EP_OR_REJECT(ep, h) do {						\
+		(ep) = dfi_obj_get(h, DFI_T_EP);				\
+		if (!(ep))							\
+			return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EP), \
+					  "%p is not an EP handle", (void *)(h)); \
+	} while (0)
+
+DAT_RETURN dfi_ep_query(DAT_EP_HANDLE h, DAT_EP_PARAM_MASK mask, DAT_EP_PARAM *p)
+{
+	struct dfi_ep *ep;
+
+	EP_OR_REJECT(ep, h);
+	if (mask & ~DAT_EP_FIELD_ALL)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2),
+				  "EP param mask 0x%llx has unknown bits", (unsigned long long)mask);
+	if (!p)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3),
+				  "EP param pointer is NULL");
+	memset(p, 0, sizeof(*p));
+	p->ia_handle = ep->hdr.ia;
+	pthread_mutex_lock(&ep->hdr.ia->lock);
+	p->ep_state = ep->state;
+	pthread_mutex_unlock(&ep->hdr.ia->lock);
+	p->local_ia_address_ptr = (DAT_IA_ADDRESS_PTR)&ep->hdr.ia->addr;
+	p->pz_handle = ep->pz;
+	p->recv_evd_handle = ep->recv_evd;
+	p->request_evd_handle = ep->req_evd;
+	p->connect_evd_handle = ep->conn_evd;
+	p->srq_handle = DAT_HANDLE_NULL;
+	p->ep_attr = ep->attr;
+	return DAT_SUCCESS;
+}
+
+DAT_RETURN dfi_ep_get_status(DAT_EP_HANDLE h, DAT_EP_STATE *state, DAT_BOOLEAN *recv_idle,
+			     DAT_BOOLEAN *req_idle)
+{
+	struct dfi_ep *ep;
+
+	EP_OR_REJECT(ep, h);
+	/* NULL out-pointers are allowed: the caller wants only some fields. */
+	if (state) {
+		pthread_mutex_lock(&ep->hdr.ia->lock);
+		*state = ep->state;
+		pthread_mutex_unlock(&ep->hdr.ia->lock);
+	}
+	if (recv_idle)
+		*recv_idle = DAT_TRUE;	/* nothing can be posted yet */
+	if (req_idle)
+		*req_idle = DAT_TRUE;
+	return DAT_SUCCESS;
+}
+
+DAT_RETURN dfi_ep_reset(DAT_EP_HANDLE h)
+{
+	struct dfi_ep *ep;
+	DAT_EP_STATE st;
+
+	EP_OR_REJECT(ep, h);
+	pthread_mutex_lock(&ep->hdr.ia->lock);
+	st = ep->state;
+	if (st == DAT_EP_STATE_DISCONNECTED)
+		ep->state = DAT_EP_STATE_UNCONNECTED;
+	pthread_mutex_unlock(&ep->hdr.ia->lock);
+	if (st != DAT_EP_STATE_UNCONNECTED && st != DAT_EP_STATE_DISCONNECTED)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_STATE, DAT_INVALID_STATE_EP_CONNECTED),
+				  "EP %p: reset needs an unconnected or disconnected EP", (void *)ep);
+	return DAT_SUCCESS;
+}
+
+void dfi_ep_destroy(struct dfi_ep *ep)
+{
+	struct dfi_ia *ia = ep->hdr.ia;
+
+	ep_refs(ep, -1);
+	pthread_mutex_lock(&ia->lock);
+	ep->pz->refs--;
+	pthread_mutex_unlock(&ia->lock);
+	dfi_obj_retire(ep);
+}
+
+DAT_RETURN dfi_ep_free(DAT_EP_HANDLE h)
+{
+	struct dfi_ep *ep;
+
+	EP_OR_REJECT(ep, h);
+	dfi_ep_destroy(ep);
+	return DAT_SUCCESS;
+}
