@@ -28,8 +28,8 @@ FABRIC_LIBS   := $(shell pkg-config --libs libfabric 2>/dev/null || echo -lfabri
 CMOCKA_CFLAGS := $(shell pkg-config --cflags cmocka 2>/dev/null)
 CMOCKA_LIBS   := $(shell pkg-config --libs cmocka 2>/dev/null || echo -lcmocka)
 
-ALL_CFLAGS := -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(SAN_FLAGS) -pthread \
-	      -fPIC -Isrc -Iinclude $(FABRIC_CFLAGS)
+ALL_CFLAGS = -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(SAN_FLAGS) -pthread \
+	      -fPIC -Isrc -Iinclude $(FABRIC_CFLAGS) $(EXTRA_CFLAGS)
 ALL_LDFLAGS := $(LDFLAGS) $(SAN_FLAGS) -pthread
 
 UTIL_SRCS   := src/util/log.c src/util/param.c
@@ -84,7 +84,7 @@ $(INTEG_BINS): $(B)/tests/%: $(B)/obj/tests/integ/%.o
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $^ $(ALL_LDFLAGS) $(CMOCKA_LIBS) -ldat2
 
-$(B)/obj/tests/%.o: CFLAGS += $(CMOCKA_CFLAGS) -Wno-missing-prototypes
+$(B)/obj/tests/%.o: EXTRA_CFLAGS = $(CMOCKA_CFLAGS) -Wno-missing-prototypes
 
 # dat.conf for the build tree: entries point at the library just built.
 $(DATCONF): Makefile | $(LIB)

@@ -87,7 +87,8 @@ uint32_t dfi_evq_qlen_round(DAT_COUNT min_qlen);
 /* 0 or -errno.  async: the async EVD's core (NULL for the async EVD itself). */
 int dfi_evq_init(struct dfi_evq *q, DAT_EVD_HANDLE self, DAT_COUNT min_qlen,
 		 DAT_EVD_FLAGS flags, struct dfi_evq *async);
-/* Releases resources; the EVD must have no waiter (see dfi_evq_free_begin). */
+/* Releases resources; the EVD must have no waiter (see dfi_evq_free_begin).
+ * Detaches the CNO itself (as a free: see dfi_cno_detach); callers must not. */
 void dfi_evq_fini(struct dfi_evq *q);
 
 void dfi_evq_set_source(struct dfi_evq *q, const struct dfi_evq_source_ops *ops, void *ctx);
@@ -102,6 +103,8 @@ DAT_RETURN dfi_evq_post_se(struct dfi_evq *q, const DAT_EVENT *ev);
  * rejects the connection on -ENOSPC. */
 int dfi_evq_post(struct dfi_evq *q, const DAT_EVENT *ev);
 
+/* Never arms the source, except that an EVD with an enabled CNO is left
+ * armed when it runs empty, so the CNO hears of the next completion. */
 DAT_RETURN dfi_evq_dequeue(struct dfi_evq *q, DAT_EVENT *ev);
 DAT_RETURN dfi_evq_wait(struct dfi_evq *q, DAT_TIMEOUT timeout, DAT_COUNT threshold,
 			DAT_EVENT *ev, DAT_COUNT *nmore);
@@ -169,8 +172,9 @@ DAT_RETURN dfi_cno_wait(struct dfi_cno *c, DAT_TIMEOUT timeout, DAT_EVD_HANDLE *
 DAT_RETURN dfi_cno_consume(struct dfi_cno *c, DAT_EVD_HANDLE *evd);
 void dfi_cno_set_agent(struct dfi_cno *c, const DAT_OS_WAIT_PROXY_AGENT *agent);
 void dfi_cno_get_agent(struct dfi_cno *c, DAT_OS_WAIT_PROXY_AGENT *agent);
-/* dat_cno_free: DAT_SUCCESS, or DAT_INVALID_STATE|CNO_IN_USE (EVDs attached,
- * a waiter, or an agent call in flight). */
+/* dat_cno_free: DAT_SUCCESS (the CNO is now DEAD: call dfi_cno_fini), or
+ * DAT_INVALID_STATE|CNO_IN_USE (EVDs attached, a waiter, or an agent call in
+ * flight) and nothing changed. */
 DAT_RETURN dfi_cno_free_check(struct dfi_cno *c);
 /* IA close: release every waiter with NULL and wait until none is left. */
 void dfi_cno_kill(struct dfi_cno *c);
