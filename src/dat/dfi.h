@@ -26,6 +26,10 @@
 
 struct dfi_fabric;
 struct dfi_mr;
+struct dfi_eq;
+struct dfi_pep;
+struct dfi_fep;
+struct dfi_cq;
 
 /* Type tags: distinctive values, so garbage is unlikely to pass as a tag. */
 enum dfi_type {
@@ -88,6 +92,17 @@ struct dfi_ia {
 	int n_pz, n_lmr, n_evd, n_cno;
 	DAT_NAMED_ATTR prov_attr[4];
 	int n_prov_attr;
+
+	/* Connections (conn.c) and the progress thread (progress.c), started
+	 * by the first listener or connect. */
+	pthread_mutex_t cm_lock;	/* serializes CM events with EP teardown */
+	struct dfi_eq *eq;
+	int epfd, stop_fd;
+	pthread_t progress;
+	bool progress_on;
+	unsigned batch;			/* odd while the thread handles events */
+	pthread_cond_t batch_done;
+	struct dfi_dto_pool *zombies;	/* pools of freed EPs with completions due */
 };
 
 struct dfi_pz {
@@ -111,14 +126,62 @@ struct dfi_lmr {
 	struct dfi_lmr *base;		/* DAT_MEM_TYPE_LMR: the LMR it shares */
 };
 
-/* An endpoint.  Today it exists on the DAT side only (the libfabric endpoint
- * is created when it connects or accepts; that is the transport issue). */
+/* A posted operation, the context libfabric hands back in its completion. */
+struct dfi_dto {
+	struct dfi_ep *ep;
+	struct dfi_dto_pool *pool;
+	DAT_DTO_COOKIE cookie;
+	DAT_SEG_LENGTH len;
+	DAT_DTOS op;
+	bool suppress;			/* no event, the slot is freed */
+	int next;			/* free list */
+	int nsg;			/* receives posted before the connection */
+	struct { void *addr; size_t len; } sg[4];
+};
+
+struct dfi_dto_pool {
+	pthread_mutex_t lock;
+	struct dfi_dto *d;
+	int n, free_head, outstanding;
+	struct dfi_dto_pool *next_zombie;
+};
+
+/* An endpoint.  The libfabric endpoint is created when it connects or
+ * accepts; receives posted before that wait in `pending`. */
 struct dfi_ep {
 	struct dfi_obj hdr;
 	struct dfi_pz *pz;
 	struct dfi_evd *recv_evd, *req_evd, *conn_evd;
 	DAT_EP_ATTR attr;
-	DAT_EP_STATE state;		/* IA lock */
+	DAT_EP_STATE state;		/* IA cm_lock */
+	struct dfi_fep *fep;		/* IA cm_lock */
+	struct dfi_dto_pool *sendq, *recvq;
+	int pending[64], npending;	/* recv descriptors posted before fep */
+	struct sockaddr_in remote;
+	DAT_CONN_QUAL remote_port;
+	uint8_t pdata[256];		/* private data of the last connection event */
+	struct dfi_sp *rsp;		/* the RSP this EP is reserved for */
+};
+
+/* A public (PSP) or reserved (RSP) service point: a libfabric listener. */
+struct dfi_sp {
+	struct dfi_obj hdr;
+	struct dfi_evd *cr_evd;
+	struct dfi_pep *pep;
+	DAT_CONN_QUAL conn_qual;
+	DAT_PSP_FLAGS flags;
+	struct dfi_ep *ep;		/* RSP: the reserved EP */
+	bool used;			/* RSP: single use */
+};
+
+/* A connection request, until accepted or rejected. */
+struct dfi_cr {
+	struct dfi_obj hdr;
+	struct dfi_sp *sp;
+	void *req;
+	struct sockaddr_in remote;
+	DAT_COUNT plen;
+	uint8_t pdata[256];
 };
 
 struct dfi_cno_obj {
@@ -129,6 +192,8 @@ struct dfi_cno_obj {
 struct dfi_evd {
 	struct dfi_obj hdr;
 	struct dfi_evq q;
+	struct dfi_cq *cq;		/* DTO EVDs, once an EP connects (IA lock) */
+	bool parked;			/* CQ fd out of epoll until the tick (IA lock) */
 };
 
 /* ---------------------------------------------------------------- handles */
@@ -219,6 +284,54 @@ DAT_RETURN dfi_ep_get_status(DAT_EP_HANDLE ep, DAT_EP_STATE *state, DAT_BOOLEAN 
 DAT_RETURN dfi_ep_reset(DAT_EP_HANDLE ep);
 DAT_RETURN dfi_ep_free(DAT_EP_HANDLE ep);
 void dfi_ep_destroy(struct dfi_ep *ep);
+
+/* dto.c */
+int dfi_evd_cq(struct dfi_evd *evd, struct dfi_cq **cq);
+void dfi_evd_cq_close(struct dfi_evd *evd);
+struct dfi_dto_pool *dfi_dto_pool_new(int n);
+void dfi_dto_pool_release(struct dfi_ia *ia, struct dfi_dto_pool *p);
+void dfi_zombies_free(struct dfi_ia *ia);
+int dfi_dto_get(struct dfi_dto_pool *p);
+void dfi_dto_put(struct dfi_dto_pool *p, int i);
+void dfi_ep_flush_pending(struct dfi_ep *ep);
+DAT_RETURN dfi_ep_post_send(DAT_EP_HANDLE, DAT_COUNT, DAT_LMR_TRIPLET *, DAT_DTO_COOKIE,
+			    DAT_COMPLETION_FLAGS);
+DAT_RETURN dfi_ep_post_recv(DAT_EP_HANDLE, DAT_COUNT, DAT_LMR_TRIPLET *, DAT_DTO_COOKIE,
+			    DAT_COMPLETION_FLAGS);
+DAT_RETURN dfi_ep_post_rdma_write(DAT_EP_HANDLE, DAT_COUNT, DAT_LMR_TRIPLET *, DAT_DTO_COOKIE,
+				  const DAT_RMR_TRIPLET *, DAT_COMPLETION_FLAGS);
+DAT_RETURN dfi_ep_post_rdma_read(DAT_EP_HANDLE, DAT_COUNT, DAT_LMR_TRIPLET *, DAT_DTO_COOKIE,
+				 const DAT_RMR_TRIPLET *, DAT_COMPLETION_FLAGS);
+
+/* conn.c */
+DAT_RETURN dfi_psp_create(DAT_IA_HANDLE, DAT_CONN_QUAL, DAT_EVD_HANDLE, DAT_PSP_FLAGS,
+			  DAT_PSP_HANDLE *);
+DAT_RETURN dfi_psp_create_any(DAT_IA_HANDLE, DAT_CONN_QUAL *, DAT_EVD_HANDLE, DAT_PSP_FLAGS,
+			      DAT_PSP_HANDLE *);
+DAT_RETURN dfi_psp_query(DAT_PSP_HANDLE, DAT_PSP_PARAM_MASK, DAT_PSP_PARAM *);
+DAT_RETURN dfi_psp_free(DAT_PSP_HANDLE);
+DAT_RETURN dfi_rsp_create(DAT_IA_HANDLE, DAT_CONN_QUAL, DAT_EP_HANDLE, DAT_EVD_HANDLE,
+			  DAT_RSP_HANDLE *);
+DAT_RETURN dfi_rsp_query(DAT_RSP_HANDLE, DAT_RSP_PARAM_MASK, DAT_RSP_PARAM *);
+DAT_RETURN dfi_rsp_free(DAT_RSP_HANDLE);
+DAT_RETURN dfi_cr_query(DAT_CR_HANDLE, DAT_CR_PARAM_MASK, DAT_CR_PARAM *);
+DAT_RETURN dfi_cr_accept(DAT_CR_HANDLE, DAT_EP_HANDLE, DAT_COUNT, const DAT_PVOID);
+DAT_RETURN dfi_cr_reject(DAT_CR_HANDLE, DAT_COUNT, const DAT_PVOID);
+DAT_RETURN dfi_ep_connect(DAT_EP_HANDLE, DAT_IA_ADDRESS_PTR, DAT_CONN_QUAL, DAT_TIMEOUT,
+			  DAT_COUNT, const DAT_PVOID, DAT_QOS, DAT_CONNECT_FLAGS);
+DAT_RETURN dfi_ep_disconnect(DAT_EP_HANDLE, DAT_CLOSE_FLAGS);
+void dfi_sp_destroy(struct dfi_sp *sp);
+void dfi_cr_destroy(struct dfi_cr *cr);
+/* Close the EP's libfabric endpoint (IA cm_lock taken inside). */
+void dfi_ep_close_fep(struct dfi_ep *ep);
+/* Handle every pending CM event; returns how many there were. */
+int dfi_cm_handle(struct dfi_ia *ia);
+
+/* progress.c */
+int dfi_progress_start(struct dfi_ia *ia);
+void dfi_progress_stop(struct dfi_ia *ia);
+int dfi_progress_watch_cq(struct dfi_ia *ia, struct dfi_evd *evd);
+void dfi_progress_unwatch_cq(struct dfi_ia *ia, struct dfi_evd *evd);
 
 /* stubs.c: every slot not built yet. */
 void dfi_fill_stubs(DAT_PROVIDER *p);

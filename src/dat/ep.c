@@ -6,6 +6,7 @@
 #include "dfi.h"
 #include "fabric/fabric.h"
 
+#include <arpa/inet.h>
 #include <string.h>
 
 static struct dfi_evd *evd_of(struct dfi_ia *ia, DAT_EVD_HANDLE h, DAT_EVD_FLAGS need)
@@ -145,6 +146,14 @@ DAT_RETURN dfi_ep_create(DAT_IA_HANDLE h, DAT_PZ_HANDLE pzh, DAT_EVD_HANDLE recv
 	ep = dfi_obj_new(ia, DFI_T_EP, sizeof(*ep));
 	if (!ep)
 		return DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_MEMORY);
+	ep->sendq = dfi_dto_pool_new(a.max_request_dtos);
+	ep->recvq = dfi_dto_pool_new(a.max_recv_dtos);
+	if (!ep->sendq || !ep->recvq) {
+		dfi_dto_pool_release(ia, ep->sendq);
+		dfi_dto_pool_release(ia, ep->recvq);
+		dfi_obj_retire(ep);
+		return DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_MEMORY);
+	}
 	ep->pz = pz;
 	ep->recv_evd = recv;
 	ep->req_evd = req;
@@ -179,9 +188,13 @@ DAT_RETURN dfi_ep_query(DAT_EP_HANDLE h, DAT_EP_PARAM_MASK mask, DAT_EP_PARAM *p
 				  "EP param pointer is NULL");
 	memset(p, 0, sizeof(*p));
 	p->ia_handle = ep->hdr.ia;
-	pthread_mutex_lock(&ep->hdr.ia->lock);
+	pthread_mutex_lock(&ep->hdr.ia->cm_lock);
 	p->ep_state = ep->state;
-	pthread_mutex_unlock(&ep->hdr.ia->lock);
+	if (ep->state != DAT_EP_STATE_UNCONNECTED) {
+		p->remote_ia_address_ptr = (DAT_IA_ADDRESS_PTR)&ep->remote;
+		p->remote_port_qual = ntohs(ep->remote.sin_port);
+	}
+	pthread_mutex_unlock(&ep->hdr.ia->cm_lock);
 	p->local_ia_address_ptr = (DAT_IA_ADDRESS_PTR)&ep->hdr.ia->addr;
 	p->pz_handle = ep->pz;
 	p->recv_evd_handle = ep->recv_evd;
@@ -200,14 +213,20 @@ DAT_RETURN dfi_ep_get_status(DAT_EP_HANDLE h, DAT_EP_STATE *state, DAT_BOOLEAN *
 	EP_OR_REJECT(ep, h);
 	/* NULL out-pointers are allowed: the caller wants only some fields. */
 	if (state) {
-		pthread_mutex_lock(&ep->hdr.ia->lock);
+		pthread_mutex_lock(&ep->hdr.ia->cm_lock);
 		*state = ep->state;
-		pthread_mutex_unlock(&ep->hdr.ia->lock);
+		pthread_mutex_unlock(&ep->hdr.ia->cm_lock);
 	}
-	if (recv_idle)
-		*recv_idle = DAT_TRUE;	/* nothing can be posted yet */
-	if (req_idle)
-		*req_idle = DAT_TRUE;
+	if (recv_idle) {
+		pthread_mutex_lock(&ep->recvq->lock);
+		*recv_idle = ep->recvq->outstanding == 0;
+		pthread_mutex_unlock(&ep->recvq->lock);
+	}
+	if (req_idle) {
+		pthread_mutex_lock(&ep->sendq->lock);
+		*req_idle = ep->sendq->outstanding == 0;
+		pthread_mutex_unlock(&ep->sendq->lock);
+	}
 	return DAT_SUCCESS;
 }
 
@@ -217,14 +236,20 @@ DAT_RETURN dfi_ep_reset(DAT_EP_HANDLE h)
 	DAT_EP_STATE st;
 
 	EP_OR_REJECT(ep, h);
-	pthread_mutex_lock(&ep->hdr.ia->lock);
+	pthread_mutex_lock(&ep->hdr.ia->cm_lock);
 	st = ep->state;
-	if (st == DAT_EP_STATE_DISCONNECTED)
-		ep->state = DAT_EP_STATE_UNCONNECTED;
-	pthread_mutex_unlock(&ep->hdr.ia->lock);
+	pthread_mutex_unlock(&ep->hdr.ia->cm_lock);
 	if (st != DAT_EP_STATE_UNCONNECTED && st != DAT_EP_STATE_DISCONNECTED)
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_STATE, DAT_INVALID_STATE_EP_CONNECTED),
 				  "EP %p: reset needs an unconnected or disconnected EP", (void *)ep);
+	/* Back to a fresh EP: the old connection's endpoint goes (its posted
+	 * receives were flushed by the disconnect), early receives are
+	 * flushed to the receive EVD. */
+	dfi_ep_close_fep(ep);
+	pthread_mutex_lock(&ep->hdr.ia->cm_lock);
+	dfi_ep_flush_pending(ep);
+	ep->state = DAT_EP_STATE_UNCONNECTED;
+	pthread_mutex_unlock(&ep->hdr.ia->cm_lock);
 	return DAT_SUCCESS;
 }
 
@@ -232,6 +257,21 @@ void dfi_ep_destroy(struct dfi_ep *ep)
 {
 	struct dfi_ia *ia = ep->hdr.ia;
 
+	dfi_ep_close_fep(ep);
+	pthread_mutex_lock(&ia->cm_lock);
+	dfi_ep_flush_pending(ep);
+	if (ep->rsp)
+		ep->rsp->ep = NULL;
+	pthread_mutex_unlock(&ia->cm_lock);
+	/* Completions of this EP still in a CQ are flushed through the EVDs
+	 * (their events name a freed EP); a pool with completions due stays
+	 * with the IA until it closes. */
+	if (ep->req_evd)
+		dfi_evq_source_notify(&ep->req_evd->q);
+	if (ep->recv_evd && ep->recv_evd != ep->req_evd)
+		dfi_evq_source_notify(&ep->recv_evd->q);
+	dfi_dto_pool_release(ia, ep->sendq);
+	dfi_dto_pool_release(ia, ep->recvq);
 	ep_refs(ep, -1);
 	pthread_mutex_lock(&ia->lock);
 	ep->pz->refs--;

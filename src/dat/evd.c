@@ -227,6 +227,7 @@ static void evd_release(struct dfi_evd *evd)
 {
 	struct dfi_ia *ia = evd->hdr.ia;
 
+	dfi_evd_cq_close(evd);
 	dfi_evq_fini(&evd->q);
 	pthread_mutex_lock(&ia->lock);
 	ia->n_evd--;

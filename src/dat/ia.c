@@ -69,6 +69,9 @@ DAT_RETURN dfi_ia_open(const DAT_NAME_PTR name, DAT_COUNT async_qlen,
 	ia->hdr.ia = ia;
 	ia->prov = p;
 	pthread_mutex_init(&ia->lock, NULL);
+	pthread_mutex_init(&ia->cm_lock, NULL);
+	pthread_cond_init(&ia->batch_done, NULL);
+	ia->epfd = ia->stop_fd = -1;
 	ia->objs.next = ia->objs.prev = &ia->objs;
 
 	r = dfi_resolve_ipv4(p->cfg.where, &ia->addr);
@@ -106,6 +109,8 @@ DAT_RETURN dfi_ia_open(const DAT_NAME_PTR name, DAT_COUNT async_qlen,
 err_fab:
 	dfi_fabric_close(ia->fab);
 err_ia:
+	pthread_cond_destroy(&ia->batch_done);
+	pthread_mutex_destroy(&ia->cm_lock);
 	pthread_mutex_destroy(&ia->lock);
 	dfi_obj_retire(ia);
 	return rc;
@@ -248,7 +253,8 @@ DAT_RETURN dfi_ia_query(DAT_IA_HANDLE h, DAT_EVD_HANDLE *async_evd,
 static void destroy_children(struct dfi_ia *ia)
 {
 	static const enum dfi_type order[] = {
-		DFI_T_EP, DFI_T_LMR, DFI_T_PZ, DFI_T_EVD, DFI_T_CNO,
+		DFI_T_EP, DFI_T_CR, DFI_T_PSP, DFI_T_RSP, DFI_T_LMR, DFI_T_PZ, DFI_T_EVD,
+		DFI_T_CNO,
 	};
 
 	for (size_t k = 0; k < sizeof(order) / sizeof(order[0]); k++) {
@@ -273,6 +279,8 @@ static void destroy_children(struct dfi_ia *ia)
 				break;
 			switch (order[k]) {
 			case DFI_T_EP: dfi_ep_destroy((struct dfi_ep *)victim); break;
+			case DFI_T_CR: dfi_cr_destroy((struct dfi_cr *)victim); break;
+			case DFI_T_PSP: case DFI_T_RSP: dfi_sp_destroy((struct dfi_sp *)victim); break;
 			case DFI_T_LMR: dfi_lmr_destroy((struct dfi_lmr *)victim); break;
 			case DFI_T_PZ: dfi_pz_destroy((struct dfi_pz *)victim); break;
 			case DFI_T_EVD: dfi_evd_destroy((struct dfi_evd *)victim); break;
@@ -306,9 +314,13 @@ DAT_RETURN dfi_ia_close(DAT_IA_HANDLE h, DAT_CLOSE_FLAGS flags)
 	destroy_children(ia);
 	dfi_evq_unref(&ia->async_evd->q);
 	dfi_evd_destroy(ia->async_evd);
+	dfi_progress_stop(ia);
+	dfi_zombies_free(ia);
 	dfi_fabric_close(ia->fab);
 	dfi_info(DFI_SS_IA, "IA '%s' closed (%s)", ia->prov->info.ia_name,
 		 flags == DAT_CLOSE_ABRUPT_FLAG ? "abrupt" : "graceful");
+	pthread_cond_destroy(&ia->batch_done);
+	pthread_mutex_destroy(&ia->cm_lock);
 	pthread_mutex_destroy(&ia->lock);
 	dfi_obj_retire(ia);
 	return DAT_SUCCESS;

@@ -149,6 +149,22 @@ static void fill_table(struct dfi_provider *p)
 	t->ep_get_status_func = dfi_ep_get_status;
 	t->ep_reset_func = dfi_ep_reset;
 	t->ep_free_func = dfi_ep_free;
+	t->ep_connect_func = dfi_ep_connect;
+	t->ep_disconnect_func = dfi_ep_disconnect;
+	t->ep_post_send_func = dfi_ep_post_send;
+	t->ep_post_recv_func = dfi_ep_post_recv;
+	t->ep_post_rdma_write_func = dfi_ep_post_rdma_write;
+	t->ep_post_rdma_read_func = dfi_ep_post_rdma_read;
+	t->psp_create_func = dfi_psp_create;
+	t->psp_create_any_func = dfi_psp_create_any;
+	t->psp_query_func = dfi_psp_query;
+	t->psp_free_func = dfi_psp_free;
+	t->rsp_create_func = dfi_rsp_create;
+	t->rsp_query_func = dfi_rsp_query;
+	t->rsp_free_func = dfi_rsp_free;
+	t->cr_query_func = dfi_cr_query;
+	t->cr_accept_func = dfi_cr_accept;
+	t->cr_reject_func = dfi_cr_reject;
 	t->handle_extendedop_func = dfi_extendedop;
 }
 

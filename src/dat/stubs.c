@@ -26,29 +26,13 @@ static DAT_RETURN not_implemented(const char *slot, int *once)
 		return not_implemented(#slot, &once);			\
 	}
 
-STUB(cr_query, (DAT_CR_HANDLE a1, DAT_CR_PARAM_MASK a2, DAT_CR_PARAM * a3))
-STUB(cr_accept, (DAT_CR_HANDLE a1, DAT_EP_HANDLE a2, DAT_COUNT a3, const DAT_PVOID a4))
-STUB(cr_reject, (DAT_CR_HANDLE a1, DAT_COUNT a2, const DAT_PVOID a3))
 STUB(cr_handoff, (DAT_CR_HANDLE a1, DAT_CONN_QUAL a2))
 STUB(ep_modify, (DAT_EP_HANDLE a1, DAT_EP_PARAM_MASK a2, const DAT_EP_PARAM * a3))
-STUB(ep_connect, (DAT_EP_HANDLE a1, DAT_IA_ADDRESS_PTR a2, DAT_CONN_QUAL a3, DAT_TIMEOUT a4, DAT_COUNT a5, const DAT_PVOID a6, DAT_QOS a7, DAT_CONNECT_FLAGS a8))
 STUB(ep_dup_connect, (DAT_EP_HANDLE a1, DAT_EP_HANDLE a2, DAT_TIMEOUT a3, DAT_COUNT a4, const DAT_PVOID a5, DAT_QOS a6))
-STUB(ep_disconnect, (DAT_EP_HANDLE a1, DAT_CLOSE_FLAGS a2))
-STUB(ep_post_send, (DAT_EP_HANDLE a1, DAT_COUNT a2, DAT_LMR_TRIPLET * a3, DAT_DTO_COOKIE a4, DAT_COMPLETION_FLAGS a5))
-STUB(ep_post_recv, (DAT_EP_HANDLE a1, DAT_COUNT a2, DAT_LMR_TRIPLET * a3, DAT_DTO_COOKIE a4, DAT_COMPLETION_FLAGS a5))
-STUB(ep_post_rdma_read, (DAT_EP_HANDLE a1, DAT_COUNT a2, DAT_LMR_TRIPLET * a3, DAT_DTO_COOKIE a4, const DAT_RMR_TRIPLET * a5, DAT_COMPLETION_FLAGS a6))
-STUB(ep_post_rdma_write, (DAT_EP_HANDLE a1, DAT_COUNT a2, DAT_LMR_TRIPLET * a3, DAT_DTO_COOKIE a4, const DAT_RMR_TRIPLET * a5, DAT_COMPLETION_FLAGS a6))
 STUB(rmr_create, (DAT_PZ_HANDLE a1, DAT_RMR_HANDLE * a2))
 STUB(rmr_query, (DAT_RMR_HANDLE a1, DAT_RMR_PARAM_MASK a2, DAT_RMR_PARAM * a3))
 STUB(rmr_bind, (DAT_RMR_HANDLE a1, DAT_LMR_HANDLE a2, const DAT_LMR_TRIPLET * a3, DAT_MEM_PRIV_FLAGS a4, DAT_VA_TYPE a5, DAT_EP_HANDLE a6, DAT_RMR_COOKIE a7, DAT_COMPLETION_FLAGS a8, DAT_RMR_CONTEXT * a9))
 STUB(rmr_free, (DAT_RMR_HANDLE a1))
-STUB(psp_create, (DAT_IA_HANDLE a1, DAT_CONN_QUAL a2, DAT_EVD_HANDLE a3, DAT_PSP_FLAGS a4, DAT_PSP_HANDLE * a5))
-STUB(psp_query, (DAT_PSP_HANDLE a1, DAT_PSP_PARAM_MASK a2, DAT_PSP_PARAM * a3))
-STUB(psp_free, (DAT_PSP_HANDLE a1))
-STUB(rsp_create, (DAT_IA_HANDLE a1, DAT_CONN_QUAL a2, DAT_EP_HANDLE a3, DAT_EVD_HANDLE a4, DAT_RSP_HANDLE * a5))
-STUB(rsp_query, (DAT_RSP_HANDLE a1, DAT_RSP_PARAM_MASK a2, DAT_RSP_PARAM * a3))
-STUB(rsp_free, (DAT_RSP_HANDLE a1))
-STUB(psp_create_any, (DAT_IA_HANDLE a1, DAT_CONN_QUAL * a2, DAT_EVD_HANDLE a3, DAT_PSP_FLAGS a4, DAT_PSP_HANDLE * a5))
 STUB(ep_create_with_srq, (DAT_IA_HANDLE a1, DAT_PZ_HANDLE a2, DAT_EVD_HANDLE a3, DAT_EVD_HANDLE a4, DAT_EVD_HANDLE a5, DAT_SRQ_HANDLE a6, const DAT_EP_ATTR * a7, DAT_EP_HANDLE * a8))
 STUB(ep_recv_query, (DAT_EP_HANDLE a1, DAT_COUNT * a2, DAT_COUNT * a3))
 STUB(ep_set_watermark, (DAT_EP_HANDLE a1, DAT_COUNT a2, DAT_COUNT a3))
@@ -69,29 +53,13 @@ STUB(ia_ha_related, (DAT_IA_HANDLE a1, const DAT_NAME_PTR a2, DAT_BOOLEAN * a3))
 
 void dfi_fill_stubs(DAT_PROVIDER *p)
 {
-	p->cr_query_func = stub_cr_query;
-	p->cr_accept_func = stub_cr_accept;
-	p->cr_reject_func = stub_cr_reject;
 	p->cr_handoff_func = stub_cr_handoff;
 	p->ep_modify_func = stub_ep_modify;
-	p->ep_connect_func = stub_ep_connect;
 	p->ep_dup_connect_func = stub_ep_dup_connect;
-	p->ep_disconnect_func = stub_ep_disconnect;
-	p->ep_post_send_func = stub_ep_post_send;
-	p->ep_post_recv_func = stub_ep_post_recv;
-	p->ep_post_rdma_read_func = stub_ep_post_rdma_read;
-	p->ep_post_rdma_write_func = stub_ep_post_rdma_write;
 	p->rmr_create_func = stub_rmr_create;
 	p->rmr_query_func = stub_rmr_query;
 	p->rmr_bind_func = stub_rmr_bind;
 	p->rmr_free_func = stub_rmr_free;
-	p->psp_create_func = stub_psp_create;
-	p->psp_query_func = stub_psp_query;
-	p->psp_free_func = stub_psp_free;
-	p->rsp_create_func = stub_rsp_create;
-	p->rsp_query_func = stub_rsp_query;
-	p->rsp_free_func = stub_rsp_free;
-	p->psp_create_any_func = stub_psp_create_any;
 	p->ep_create_with_srq_func = stub_ep_create_with_srq;
 	p->ep_recv_query_func = stub_ep_recv_query;
 	p->ep_set_watermark_func = stub_ep_set_watermark;

@@ -277,12 +277,13 @@ void dfi_evq_source_notify(struct dfi_evq *q)
 		return;
 	}
 	n = fill(q);
-	if (q->enabled && q->cno) {
-		arm_source(q);		/* arm first, then notify (OFA's rule) */
-		if (n > 0 || q->count > 0) {
-			dfi_cno_hold(q->cno);
-			cno = q->cno;
-		}
+	/* Re-arm before notifying (OFA's rule), CNO or not: the progress
+	 * context watches the fd, and a level-triggered wait object (libfabric
+	 * CQ signal fds) stays readable until the next try-wait. */
+	arm_source(q);
+	if (q->enabled && q->cno && (n > 0 || q->count > 0)) {
+		dfi_cno_hold(q->cno);
+		cno = q->cno;
 	}
 	pthread_mutex_unlock(&q->lock);
 	notify_cno(cno, q->handle);

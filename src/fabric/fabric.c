@@ -1,5 +1,5 @@
 /* libfabric: fabric and domain per IA, memory registration. */
-#include "fabric.h"
+#include "fabric_int.h"
 #include "util/log.h"
 
 #include <arpa/inet.h>
@@ -11,22 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <rdma/fabric.h>
-#include <rdma/fi_domain.h>
-#include <rdma/fi_errno.h>
-
 #define DFI_FI_VERSION FI_VERSION(1, 17)
-
-struct dfi_fabric {
-	struct fi_info *info;
-	struct fid_fabric *fabric;
-	struct fid_domain *domain;
-	struct dfi_fabric_limits lim;
-};
-
-struct dfi_mr {
-	struct fid_mr *mr;
-};
 
 int dfi_resolve_ipv4(const char *where, struct sockaddr_in *out)
 {

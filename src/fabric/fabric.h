@@ -51,3 +51,87 @@ int dfi_mr_reg(struct dfi_fabric *f, const void *addr, size_t len, unsigned acce
 void dfi_mr_dereg(struct dfi_mr *mr);
 
 #endif
+
+/* ------------------------------------------------------------ connections
+ * One event queue per IA carries every connection-management event.  Its
+ * fd and the CQ fds are watched by the IA's progress thread (progress.c):
+ * libfabric's tcp provider moves connections and RMA targets only when
+ * someone calls into it. */
+
+struct dfi_eq;
+struct dfi_pep;
+struct dfi_fep;
+struct dfi_cq;
+
+#define DFI_PDATA_MAX 256	/* libfabric CM data limit (FI_OPT_CM_DATA_SIZE) */
+
+enum dfi_cm_type {
+	DFI_CM_CONNREQ,		/* on a listener: ctx = the listener's; req set */
+	DFI_CM_CONNECTED,	/* ctx = the endpoint's */
+	DFI_CM_SHUTDOWN,	/* ctx = the endpoint's */
+	DFI_CM_ERROR,		/* ctx = endpoint or listener; err = errno */
+};
+
+struct dfi_cm_event {
+	enum dfi_cm_type type;
+	void *ctx;
+	void *req;		/* CONNREQ: opaque request, for accept/reject */
+	int err;		/* ERROR: positive errno (ECONNREFUSED: rejected) */
+	size_t plen;
+	uint8_t pdata[DFI_PDATA_MAX];
+};
+
+int dfi_eq_open(struct dfi_fabric *f, struct dfi_eq **eq);
+void dfi_eq_close(struct dfi_eq *eq);
+int dfi_eq_fd(struct dfi_eq *eq);
+/* 1: an event was read; 0: none; -errno: failure. */
+int dfi_eq_read(struct dfi_eq *eq, struct dfi_cm_event *ev);
+void dfi_connreq_free(void *req);
+/* The requesting peer's address. */
+void dfi_connreq_peer(void *req, struct sockaddr_in *peer);
+
+/* Listen on addr:port (port 0: any).  -EADDRINUSE when taken. */
+int dfi_pep_listen(struct dfi_fabric *f, struct dfi_eq *eq, uint16_t port, void *ctx,
+		   struct dfi_pep **pep, uint16_t *bound_port);
+void dfi_pep_close(struct dfi_pep *pep);
+int dfi_pep_reject(struct dfi_pep *pep, void *req, const void *pdata, size_t plen);
+
+/* Completion queues, FI_WAIT_FD. */
+struct dfi_comp {
+	void *ctx;		/* the posting's context */
+	size_t len;		/* bytes received (receives only) */
+	int err;		/* 0 or positive errno (ECANCELED: flushed) */
+};
+int dfi_cq_open(struct dfi_fabric *f, size_t size, struct dfi_cq **cq);
+void dfi_cq_close(struct dfi_cq *cq);
+/* Up to n completions (errors included).  >= 0 or -errno. */
+int dfi_cq_read(struct dfi_cq *cq, struct dfi_comp *c, int n);
+/* 0: armed and empty; -EAGAIN: completions pending. */
+int dfi_cq_trywait(struct dfi_cq *cq);
+int dfi_cq_fd(struct dfi_cq *cq);
+/* Drive progress without reading completions. */
+void dfi_cq_progress(struct dfi_cq *cq);
+
+/* Active endpoints.  Created from a connection request (passive side) or
+ * for a destination (active side), bound to the EQ and CQs, enabled. */
+int dfi_fep_open(struct dfi_fabric *f, struct dfi_eq *eq, void *req,
+		 const struct sockaddr_in *dest, struct dfi_cq *txcq, struct dfi_cq *rxcq,
+		 size_t tx_size, size_t rx_size, void *ctx, struct dfi_fep **fep);
+int dfi_fep_connect(struct dfi_fep *fep, const void *pdata, size_t plen);
+int dfi_fep_accept(struct dfi_fep *fep, const void *pdata, size_t plen);
+int dfi_fep_shutdown(struct dfi_fep *fep);
+void dfi_fep_close(struct dfi_fep *fep);
+int dfi_fep_peer(struct dfi_fep *fep, struct sockaddr_in *peer);
+
+struct dfi_sge {
+	void *addr;
+	size_t len;
+	struct dfi_mr *mr;	/* NULL: none needed */
+};
+/* Post operations; ctx comes back in the completion.  -EAGAIN: queue full. */
+int dfi_post_send(struct dfi_fep *fep, const struct dfi_sge *sg, int n, void *ctx);
+int dfi_post_recv(struct dfi_fep *fep, const struct dfi_sge *sg, int n, void *ctx);
+int dfi_post_write(struct dfi_fep *fep, const struct dfi_sge *sg, int n, uint64_t raddr,
+		   uint32_t rkey, void *ctx);
+int dfi_post_read(struct dfi_fep *fep, const struct dfi_sge *sg, int n, uint64_t raddr,
+		  uint32_t rkey, void *ctx);

@@ -21,6 +21,7 @@ enum dfi_param_id {
 	DFI_P_DBG_TYPE,		/* legacy alias */
 	DFI_P_DBG_DEST,		/* legacy alias */
 	DFI_P_QUARANTINE,
+	DFI_P_PROGRESS_RT,
 	DFI_P_COUNT
 };
 

@@ -47,13 +47,12 @@ fi
 DAT_OVERRIDE="$(cd "$B" && pwd)/dat.conf"
 export DAT_OVERRIDE
 
-# case -> why it cannot pass before the transport (EPs, PSP/RSP, RMR) exists
+# case -> why it cannot pass yet (parts of the transport not built)
 declare -A NEEDS_TRANSPORT=(
-	["F queryinfo case3"]="needs the transport: PSP query (dat_psp_create)"
-	["F queryinfo case4"]="needs the transport: RSP query (dat_ep_create, dat_rsp_create)"
+	["F queryinfo case3"]="needs provider-created EPs: PSP query on a DAT_PSP_PROVIDER_FLAG PSP (dat_psp_create)"
 	["F queryinfo case9"]="needs the transport: RMR query (dat_rmr_create)"
-	["F queryinfo case16"]="needs the transport: PSP query with a NULL param (dat_psp_create)"
-	["F queryinfo case17"]="needs the transport: PSP query with a wrong handle (dat_psp_create)"
+	["F queryinfo case16"]="needs provider-created EPs: DAT_PSP_PROVIDER_FLAG PSP (dat_psp_create)"
+	["F queryinfo case17"]="needs provider-created EPs: DAT_PSP_PROVIDER_FLAG PSP (dat_psp_create)"
 )
 
 L_CASES=(limit_ia limit_pz limit_evd limit_cno limit_lmr limit_size_lmr)

@@ -1,0 +1,606 @@
+/*
+ * Connections: service points (PSP, RSP), connection requests, connect,
+ * accept, reject, disconnect, and the translation of libfabric CM events
+ * into DAT connection events (called by the progress thread).
+ *
+ * The connection qualifier is the TCP port.  ia->cm_lock serializes CM
+ * event handling with EP and service point teardown, so an event never
+ * reaches an endpoint that is being closed.
+ */
+#include "dfi.h"
+#include "fabric/fabric.h"
+
+#include <errno.h>
+#include <string.h>
+
+static struct dfi_evd *evd_with(struct dfi_ia *ia, DAT_EVD_HANDLE h, DAT_EVD_FLAGS need)
+{
+	struct dfi_evd *e = dfi_obj_get(h, DFI_T_EVD);
+
+	return e && e->hdr.ia == ia && (e->q.flags & need) ? e : NULL;
+}
+
+static DAT_RETURN sp_create(struct dfi_ia *ia, enum dfi_type type, DAT_CONN_QUAL *qual,
+			    struct dfi_evd *evd, DAT_PSP_FLAGS flags, struct dfi_ep *ep,
+			    struct dfi_sp **out)
+{
+	struct dfi_sp *sp;
+	uint16_t port;
+	int rc;
+
+	if (*qual > 65535)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2),
+				  "connection qualifier %llu is not a TCP port",
+				  (unsigned long long)*qual);
+	rc = dfi_progress_start(ia);
+	if (rc)
+		return DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_MEMORY);
+	sp = dfi_obj_new(ia, type, sizeof(*sp));
+	if (!sp)
+		return DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_MEMORY);
+	rc = dfi_pep_listen(ia->fab, ia->eq, (uint16_t)*qual, sp, &sp->pep, &port);
+	if (rc) {
+		dfi_obj_retire(sp);
+		if (rc == -EADDRINUSE)
+			return DFI_REJECT(DFI_ERR(DAT_CONN_QUAL_IN_USE, 0),
+					  "connection qualifier %llu is in use",
+					  (unsigned long long)*qual);
+		return DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_MEMORY);
+	}
+	sp->cr_evd = evd;
+	sp->conn_qual = port;
+	sp->flags = flags;
+	sp->ep = ep;
+	dfi_evq_ref(&evd->q);
+	*qual = port;
+	*out = sp;
+	dfi_dbg(DFI_SS_CM, "%s %p listening on port %u", type == DFI_T_PSP ? "PSP" : "RSP",
+		(void *)sp, port);
+	return DAT_SUCCESS;
+}
+
+static DAT_RETURN psp_common(DAT_IA_HANDLE h, DAT_CONN_QUAL *qual, DAT_EVD_HANDLE evdh,
+			     DAT_PSP_FLAGS flags, DAT_PSP_HANDLE *out)
+{
+	struct dfi_ia *ia = dfi_obj_get(h, DFI_T_IA);
+	struct dfi_evd *evd;
+	struct dfi_sp *sp;
+	DAT_RETURN rc;
+
+	if (!ia)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_IA),
+				  "%p is not an IA handle", (void *)h);
+	if (!(evd = evd_with(ia, evdh, DAT_EVD_CR_FLAG)))
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EVD_CR),
+				  "%p is not a CR EVD of this IA", (void *)evdh);
+	if (flags == DAT_PSP_PROVIDER_FLAG)
+		return DFI_REJECT(DFI_ERR(DAT_NOT_IMPLEMENTED, 0),
+				  "dat_psp_create is not implemented for DAT_PSP_PROVIDER_FLAG "
+				  "(provider-created EPs; ep_creator is DAT_PSP_CREATES_EP_NEVER)");
+	if (flags != DAT_PSP_CONSUMER_FLAG)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG4),
+				  "unknown PSP flags 0x%x", (unsigned)flags);
+	if (!out)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG5),
+				  "PSP handle pointer is NULL");
+	rc = sp_create(ia, DFI_T_PSP, qual, evd, flags, NULL, &sp);
+	if (rc == DAT_SUCCESS)
+		*out = sp;
+	return rc;
+}
+
+DAT_RETURN dfi_psp_create(DAT_IA_HANDLE h, DAT_CONN_QUAL qual, DAT_EVD_HANDLE evd,
+			  DAT_PSP_FLAGS flags, DAT_PSP_HANDLE *out)
+{
+	if (qual == 0)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2),
+				  "connection qualifier 0: use dat_psp_create_any");
+	return psp_common(h, &qual, evd, flags, out);
+}
+
+DAT_RETURN dfi_psp_create_any(DAT_IA_HANDLE h, DAT_CONN_QUAL *qual, DAT_EVD_HANDLE evd,
+			      DAT_PSP_FLAGS flags, DAT_PSP_HANDLE *out)
+{
+	if (!qual)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2),
+				  "connection qualifier pointer is NULL");
+	*qual = 0;
+	return psp_common(h, qual, evd, flags, out);
+}
+
+DAT_RETURN dfi_psp_query(DAT_PSP_HANDLE h, DAT_PSP_PARAM_MASK mask, DAT_PSP_PARAM *p)
+{
+	struct dfi_sp *sp = dfi_obj_get(h, DFI_T_PSP);
+
+	if (!sp)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_PSP),
+				  "%p is not a PSP handle", (void *)h);
+	if (mask & ~(DAT_PSP_PARAM_MASK)DAT_PSP_FIELD_ALL)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2),
+				  "PSP param mask 0x%x has unknown bits", (unsigned)mask);
+	if (!p)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3),
+				  "PSP param pointer is NULL");
+	p->ia_handle = sp->hdr.ia;
+	p->conn_qual = sp->conn_qual;
+	p->evd_handle = sp->cr_evd;
+	p->psp_flags = sp->flags;
+	return DAT_SUCCESS;
+}
+
+void dfi_sp_destroy(struct dfi_sp *sp)
+{
+	struct dfi_ia *ia = sp->hdr.ia;
+
+	pthread_mutex_lock(&ia->cm_lock);
+	dfi_pep_close(sp->pep);
+	sp->pep = NULL;
+	pthread_mutex_unlock(&ia->cm_lock);
+	dfi_evq_unref(&sp->cr_evd->q);
+	if (sp->ep) {
+		pthread_mutex_lock(&ia->cm_lock);
+		if (sp->ep->rsp == sp)
+			sp->ep->rsp = NULL;
+		if (sp->ep->state == DAT_EP_STATE_RESERVED)
+			sp->ep->state = DAT_EP_STATE_UNCONNECTED;
+		pthread_mutex_unlock(&ia->cm_lock);
+	}
+	dfi_obj_retire(sp);
+}
+
+DAT_RETURN dfi_psp_free(DAT_PSP_HANDLE h)
+{
+	struct dfi_sp *sp = dfi_obj_get(h, DFI_T_PSP);
+
+	if (!sp)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_PSP),
+				  "%p is not a PSP handle", (void *)h);
+	dfi_sp_destroy(sp);
+	return DAT_SUCCESS;
+}
+
+DAT_RETURN dfi_rsp_create(DAT_IA_HANDLE h, DAT_CONN_QUAL qual, DAT_EP_HANDLE eph,
+			  DAT_EVD_HANDLE evdh, DAT_RSP_HANDLE *out)
+{
+	struct dfi_ia *ia = dfi_obj_get(h, DFI_T_IA);
+	struct dfi_ep *ep = dfi_obj_get(eph, DFI_T_EP);
+	struct dfi_evd *evd;
+	struct dfi_sp *sp;
+	DAT_RETURN rc;
+
+	if (!ia)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_IA),
+				  "%p is not an IA handle", (void *)h);
+	if (!ep || ep->hdr.ia != ia)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EP),
+				  "%p is not an EP of this IA", (void *)eph);
+	if (!(evd = evd_with(ia, evdh, DAT_EVD_CR_FLAG)))
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EVD_CR),
+				  "%p is not a CR EVD of this IA", (void *)evdh);
+	if (!out)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG5),
+				  "RSP handle pointer is NULL");
+	pthread_mutex_lock(&ia->cm_lock);
+	if (ep->state != DAT_EP_STATE_UNCONNECTED) {
+		pthread_mutex_unlock(&ia->cm_lock);
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_STATE, DAT_INVALID_STATE_EP_NOTREADY),
+				  "EP %p is not unconnected", (void *)ep);
+	}
+	ep->state = DAT_EP_STATE_RESERVED;
+	pthread_mutex_unlock(&ia->cm_lock);
+	rc = sp_create(ia, DFI_T_RSP, &qual, evd, DAT_PSP_CONSUMER_FLAG, ep, &sp);
+	if (rc != DAT_SUCCESS) {
+		pthread_mutex_lock(&ia->cm_lock);
+		ep->state = DAT_EP_STATE_UNCONNECTED;
+		pthread_mutex_unlock(&ia->cm_lock);
+		return rc;
+	}
+	ep->rsp = sp;
+	*out = sp;
+	return DAT_SUCCESS;
+}
+
+DAT_RETURN dfi_rsp_query(DAT_RSP_HANDLE h, DAT_RSP_PARAM_MASK mask, DAT_RSP_PARAM *p)
+{
+	struct dfi_sp *sp = dfi_obj_get(h, DFI_T_RSP);
+
+	if (!sp)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_RSP),
+				  "%p is not an RSP handle", (void *)h);
+	if (mask & ~(DAT_RSP_PARAM_MASK)DAT_RSP_FIELD_ALL)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2),
+				  "RSP param mask 0x%x has unknown bits", (unsigned)mask);
+	if (!p)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3),
+				  "RSP param pointer is NULL");
+	p->ia_handle = sp->hdr.ia;
+	p->conn_qual = sp->conn_qual;
+	p->evd_handle = sp->cr_evd;
+	p->ep_handle = sp->ep;
+	return DAT_SUCCESS;
+}
+
+DAT_RETURN dfi_rsp_free(DAT_RSP_HANDLE h)
+{
+	struct dfi_sp *sp = dfi_obj_get(h, DFI_T_RSP);
+
+	if (!sp)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_RSP),
+				  "%p is not an RSP handle", (void *)h);
+	dfi_sp_destroy(sp);
+	return DAT_SUCCESS;
+}
+
+/* ---------------------------------------------------- connection requests */
+
+DAT_RETURN dfi_cr_query(DAT_CR_HANDLE h, DAT_CR_PARAM_MASK mask, DAT_CR_PARAM *p)
+{
+	struct dfi_cr *cr = dfi_obj_get(h, DFI_T_CR);
+
+	(void)mask;	/* dtest passes DAT_CSP_FIELD_ALL: fill everything */
+	if (!cr)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_CR),
+				  "%p is not a CR handle", (void *)h);
+	if (!p)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3),
+				  "CR param pointer is NULL");
+	p->remote_ia_address_ptr = (DAT_IA_ADDRESS_PTR)&cr->remote;
+	p->remote_port_qual = ntohs(cr->remote.sin_port);
+	p->private_data_size = cr->plen;
+	p->private_data = cr->pdata;	/* writable: dtest edits it in place */
+	p->local_ep_handle = cr->sp->ep;
+	return DAT_SUCCESS;
+}
+
+void dfi_cr_destroy(struct dfi_cr *cr)
+{
+	if (cr->req)
+		dfi_pep_reject(cr->sp->pep, cr->req, NULL, 0);
+	dfi_obj_retire(cr);
+}
+
+/* Create the libfabric endpoint of `ep` (cm_lock held): CQs of its EVDs,
+ * then the receives posted while it was unconnected. */
+static int ep_open_fep(struct dfi_ep *ep, void *req, const struct sockaddr_in *dest)
+{
+	struct dfi_ia *ia = ep->hdr.ia;
+	struct dfi_cq *tx = NULL, *rx = NULL, *spare = NULL;
+	int rc;
+
+	if (ep->req_evd && (rc = dfi_evd_cq(ep->req_evd, &tx)))
+		return rc;
+	if (ep->recv_evd && (rc = dfi_evd_cq(ep->recv_evd, &rx)))
+		return rc;
+	/* libfabric wants both directions bound: borrow the other one */
+	spare = tx ? tx : rx;
+	if (!spare) {
+		dfi_warn(DFI_SS_EP, "EP %p has no DTO EVD at all: cannot connect", (void *)ep);
+		return -EINVAL;
+	}
+	rc = dfi_fep_open(ia->fab, ia->eq, req, dest, tx ? tx : spare, rx ? rx : spare,
+			  (size_t)ep->attr.max_request_dtos, (size_t)ep->attr.max_recv_dtos,
+			  ep, &ep->fep);
+	if (rc)
+		return rc;
+	for (int k = 0; k < ep->npending; k++) {
+		struct dfi_dto *d = &ep->recvq->d[ep->pending[k]];
+		struct dfi_sge sg[4];
+
+		for (int j = 0; j < d->nsg; j++)
+			sg[j] = (struct dfi_sge){ d->sg[j].addr, d->sg[j].len, NULL };
+		rc = dfi_post_recv(ep->fep, sg, d->nsg, d);
+		if (rc) {
+			dfi_err(DFI_SS_EP, "EP %p: posting an early receive: %s", (void *)ep,
+				strerror(-rc));
+			return rc;
+		}
+	}
+	ep->npending = 0;
+	return 0;
+}
+
+DAT_RETURN dfi_cr_accept(DAT_CR_HANDLE h, DAT_EP_HANDLE eph, DAT_COUNT plen,
+			 const DAT_PVOID pdata)
+{
+	struct dfi_cr *cr = dfi_obj_get(h, DFI_T_CR);
+	struct dfi_ep *ep;
+	struct dfi_ia *ia;
+	int rc;
+
+	if (!cr)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_CR),
+				  "%p is not a CR handle", (void *)h);
+	ia = cr->hdr.ia;
+	ep = eph ? dfi_obj_get(eph, DFI_T_EP) : cr->sp->ep;
+	if (!ep || ep->hdr.ia != ia)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EP),
+				  "%p is not an EP of this IA%s", (void *)eph,
+				  eph ? "" : " (and the CR came to a PSP, not an RSP)");
+	if (plen < 0 || plen > DFI_PDATA_MAX || (plen && !pdata))
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3),
+				  "private data size %d (max %d)", plen, DFI_PDATA_MAX);
+	pthread_mutex_lock(&ia->cm_lock);
+	if (ep->state != DAT_EP_STATE_UNCONNECTED && ep->state != DAT_EP_STATE_RESERVED) {
+		pthread_mutex_unlock(&ia->cm_lock);
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_STATE, DAT_INVALID_STATE_EP_NOTREADY),
+				  "EP %p cannot accept in state %d", (void *)ep, (int)ep->state);
+	}
+	rc = ep_open_fep(ep, cr->req, NULL);
+	if (rc == 0) {
+		cr->req = NULL;		/* the endpoint owns it now */
+		ep->remote = cr->remote;
+		ep->state = DAT_EP_STATE_PASSIVE_CONNECTION_PENDING;
+		rc = dfi_fep_accept(ep->fep, pdata, (size_t)plen);
+		if (rc) {
+			dfi_fep_close(ep->fep);
+			ep->fep = NULL;
+			ep->state = DAT_EP_STATE_UNCONNECTED;
+		}
+	}
+	pthread_mutex_unlock(&ia->cm_lock);
+	if (rc)
+		return DFI_ERR(DAT_INTERNAL_ERROR, 0);
+	dfi_obj_retire(cr);
+	return DAT_SUCCESS;
+}
+
+DAT_RETURN dfi_cr_reject(DAT_CR_HANDLE h, DAT_COUNT plen, const DAT_PVOID pdata)
+{
+	struct dfi_cr *cr = dfi_obj_get(h, DFI_T_CR);
+
+	if (!cr)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_CR),
+				  "%p is not a CR handle", (void *)h);
+	if (plen < 0 || plen > DFI_PDATA_MAX || (plen && !pdata))
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2),
+				  "private data size %d (max %d)", plen, DFI_PDATA_MAX);
+	pthread_mutex_lock(&cr->hdr.ia->cm_lock);
+	dfi_pep_reject(cr->sp->pep, cr->req, pdata, (size_t)plen);
+	cr->req = NULL;
+	pthread_mutex_unlock(&cr->hdr.ia->cm_lock);
+	dfi_obj_retire(cr);
+	return DAT_SUCCESS;
+}
+
+/* ---------------------------------------------------- active side, teardown */
+
+DAT_RETURN dfi_ep_connect(DAT_EP_HANDLE h, DAT_IA_ADDRESS_PTR addr, DAT_CONN_QUAL qual,
+			  DAT_TIMEOUT timeout, DAT_COUNT plen, const DAT_PVOID pdata,
+			  DAT_QOS qos, DAT_CONNECT_FLAGS flags)
+{
+	struct dfi_ep *ep = dfi_obj_get(h, DFI_T_EP);
+	struct sockaddr_in dest;
+	struct dfi_ia *ia;
+	int rc;
+
+	(void)timeout;	/* libfabric's own connect timeout applies */
+	(void)qos;
+	(void)flags;
+	if (!ep)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EP),
+				  "%p is not an EP handle", (void *)h);
+	if (!addr || addr->sa_family != AF_INET)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_ADDRESS, DAT_INVALID_ADDRESS_UNSUPPORTED),
+				  "EP %p: only IPv4 (AF_INET) remote addresses", (void *)ep);
+	if (qual > 65535)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3),
+				  "connection qualifier %llu is not a TCP port",
+				  (unsigned long long)qual);
+	if (plen < 0 || plen > DFI_PDATA_MAX || (plen && !pdata))
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG5),
+				  "private data size %d (max %d)", plen, DFI_PDATA_MAX);
+	ia = ep->hdr.ia;
+	if (dfi_progress_start(ia))
+		return DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_MEMORY);
+	memcpy(&dest, addr, sizeof(dest));
+	dest.sin_port = htons((uint16_t)qual);
+	pthread_mutex_lock(&ia->cm_lock);
+	if (ep->state != DAT_EP_STATE_UNCONNECTED || ep->fep) {
+		pthread_mutex_unlock(&ia->cm_lock);
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_STATE, DAT_INVALID_STATE_EP_NOTREADY),
+				  "EP %p cannot connect in state %d", (void *)ep, (int)ep->state);
+	}
+	rc = ep_open_fep(ep, NULL, &dest);
+	if (!rc) {
+		ep->remote = dest;
+		ep->state = DAT_EP_STATE_ACTIVE_CONNECTION_PENDING;
+		rc = dfi_fep_connect(ep->fep, pdata, (size_t)plen);
+		if (rc) {
+			dfi_fep_close(ep->fep);
+			ep->fep = NULL;
+			ep->state = DAT_EP_STATE_UNCONNECTED;
+		}
+	}
+	pthread_mutex_unlock(&ia->cm_lock);
+	if (rc)
+		return DFI_ERR(DAT_INTERNAL_ERROR, 0);
+	return DAT_SUCCESS;
+}
+
+DAT_RETURN dfi_ep_disconnect(DAT_EP_HANDLE h, DAT_CLOSE_FLAGS flags)
+{
+	struct dfi_ep *ep = dfi_obj_get(h, DFI_T_EP);
+	struct dfi_ia *ia;
+	DAT_RETURN rc = DAT_SUCCESS;
+
+	(void)flags;	/* graceful and abrupt both shut the connection down */
+	if (!ep)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EP),
+				  "%p is not an EP handle", (void *)h);
+	ia = ep->hdr.ia;
+	pthread_mutex_lock(&ia->cm_lock);
+	switch (ep->state) {
+	case DAT_EP_STATE_CONNECTED:
+	case DAT_EP_STATE_ACTIVE_CONNECTION_PENDING:
+	case DAT_EP_STATE_PASSIVE_CONNECTION_PENDING:
+		ep->state = DAT_EP_STATE_DISCONNECT_PENDING;
+		if (dfi_fep_shutdown(ep->fep)) {
+			/* no local FI_SHUTDOWN will come: report it ourselves */
+			DAT_EVENT ev;
+
+			memset(&ev, 0, sizeof(ev));
+			ev.event_number = DAT_CONNECTION_EVENT_DISCONNECTED;
+			ev.event_data.connect_event_data.ep_handle = ep;
+			ep->state = DAT_EP_STATE_DISCONNECTED;
+			if (ep->conn_evd)
+				dfi_evq_post(&ep->conn_evd->q, &ev);
+		}
+		break;
+	case DAT_EP_STATE_DISCONNECT_PENDING:
+	case DAT_EP_STATE_DISCONNECTED:
+		break;
+	default:
+		rc = DFI_REJECT(DFI_ERR(DAT_INVALID_STATE, DAT_INVALID_STATE_EP_UNCONNECTED),
+				"EP %p is not connected", (void *)ep);
+	}
+	pthread_mutex_unlock(&ia->cm_lock);
+	return rc;
+}
+
+void dfi_ep_close_fep(struct dfi_ep *ep)
+{
+	struct dfi_ia *ia = ep->hdr.ia;
+	struct dfi_fep *fep;
+
+	pthread_mutex_lock(&ia->cm_lock);
+	fep = ep->fep;
+	ep->fep = NULL;
+	if (fep) {
+		if (ep->state == DAT_EP_STATE_CONNECTED)
+			dfi_fep_shutdown(fep);
+		dfi_fep_close(fep);
+	}
+	pthread_mutex_unlock(&ia->cm_lock);
+}
+
+/* ------------------------------------------------------ CM event handling */
+
+static void post_conn_event(struct dfi_ep *ep, DAT_EVENT_NUMBER num, const void *pdata,
+			    size_t plen)
+{
+	DAT_EVENT ev;
+
+	memset(&ev, 0, sizeof(ev));
+	ev.event_number = num;
+	ev.event_data.connect_event_data.ep_handle = ep;
+	if (plen) {
+		memcpy(ep->pdata, pdata, plen);
+		ev.event_data.connect_event_data.private_data = ep->pdata;
+		ev.event_data.connect_event_data.private_data_size = (DAT_COUNT)plen;
+	}
+	if (ep->conn_evd)
+		dfi_evq_post(&ep->conn_evd->q, &ev);
+}
+
+static void handle_connreq(struct dfi_ia *ia, struct dfi_sp *sp, struct dfi_cm_event *e)
+{
+	struct dfi_cr *cr;
+	DAT_EVENT ev;
+
+	if (sp->hdr.type == DFI_T_RSP && sp->used) {
+		dfi_pep_reject(sp->pep, e->req, NULL, 0);	/* single use */
+		return;
+	}
+	cr = dfi_obj_new(ia, DFI_T_CR, sizeof(*cr));
+	if (!cr) {
+		dfi_pep_reject(sp->pep, e->req, NULL, 0);
+		return;
+	}
+	cr->sp = sp;
+	cr->req = e->req;
+	cr->plen = (DAT_COUNT)e->plen;
+	memcpy(cr->pdata, e->pdata, e->plen);
+	dfi_connreq_peer(e->req, &cr->remote);
+	sp->used = true;
+	memset(&ev, 0, sizeof(ev));
+	ev.event_number = DAT_CONNECTION_REQUEST_EVENT;
+	ev.event_data.cr_arrival_event_data.sp_handle.psp_handle = sp;
+	ev.event_data.cr_arrival_event_data.local_ia_address_ptr = (DAT_IA_ADDRESS_PTR)&ia->addr;
+	ev.event_data.cr_arrival_event_data.conn_qual = sp->conn_qual;
+	ev.event_data.cr_arrival_event_data.cr_handle = cr;
+	if (dfi_evq_post(&sp->cr_evd->q, &ev) != 0) {
+		/* the CR EVD overflowed: refuse on the wire, as OFA does */
+		dfi_pep_reject(sp->pep, cr->req, NULL, 0);
+		cr->req = NULL;
+		dfi_obj_retire(cr);
+	}
+}
+
+static DAT_EVENT_NUMBER error_event(int err, bool connected)
+{
+	if (connected)
+		return DAT_CONNECTION_EVENT_BROKEN;
+	switch (err) {
+	case ECONNREFUSED: return DAT_CONNECTION_EVENT_PEER_REJECTED;
+	case ETIMEDOUT: return DAT_CONNECTION_EVENT_TIMED_OUT;
+	case ENETUNREACH: case EHOSTUNREACH: return DAT_CONNECTION_EVENT_UNREACHABLE;
+	default: return DAT_CONNECTION_EVENT_NON_PEER_REJECTED;
+	}
+}
+
+int dfi_cm_handle(struct dfi_ia *ia)
+{
+	struct dfi_cm_event e;
+	int handled = 0;
+
+	for (;;) {
+		struct dfi_obj *o;
+		struct dfi_ep *ep;
+		int rc;
+
+		pthread_mutex_lock(&ia->cm_lock);
+		rc = dfi_eq_read(ia->eq, &e);
+		if (rc <= 0) {
+			pthread_mutex_unlock(&ia->cm_lock);
+			if (rc < 0)
+				dfi_warn(DFI_SS_CM, "reading the event queue: %s", strerror(-rc));
+			return handled;
+		}
+		handled++;
+		o = e.ctx;
+		if (e.type == DFI_CM_CONNREQ) {
+			struct dfi_sp *sp = o && (o->type == DFI_T_PSP || o->type == DFI_T_RSP) ?
+					    (struct dfi_sp *)o : NULL;
+
+			if (sp)
+				handle_connreq(ia, sp, &e);
+			else
+				dfi_connreq_free(e.req);
+			pthread_mutex_unlock(&ia->cm_lock);
+			continue;
+		}
+		ep = dfi_obj_get(o, DFI_T_EP);
+		if (!ep) {
+			pthread_mutex_unlock(&ia->cm_lock);
+			continue;	/* an endpoint already closed */
+		}
+		switch (e.type) {
+		case DFI_CM_CONNECTED:
+			ep->state = DAT_EP_STATE_CONNECTED;
+			post_conn_event(ep, DAT_CONNECTION_EVENT_ESTABLISHED, e.pdata, e.plen);
+			break;
+		case DFI_CM_SHUTDOWN:
+			if (ep->state != DAT_EP_STATE_DISCONNECTED) {
+				ep->state = DAT_EP_STATE_DISCONNECTED;
+				post_conn_event(ep, DAT_CONNECTION_EVENT_DISCONNECTED, NULL, 0);
+			}
+			break;
+		case DFI_CM_ERROR: {
+			bool was = ep->state == DAT_EP_STATE_CONNECTED;
+			bool pending = ep->state == DAT_EP_STATE_DISCONNECT_PENDING;
+
+			if (ep->state == DAT_EP_STATE_DISCONNECTED)
+				break;
+			dfi_dbg(DFI_SS_CM, "EP %p: connection error %s", (void *)ep,
+				strerror(e.err));
+			ep->state = DAT_EP_STATE_DISCONNECTED;
+			post_conn_event(ep, pending ? DAT_CONNECTION_EVENT_DISCONNECTED :
+					error_event(e.err, was), e.pdata, e.plen);
+			break;
+		}
+		default:
+			break;
+		}
+		pthread_mutex_unlock(&ia->cm_lock);
+	}
+}

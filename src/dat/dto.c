@@ -1,0 +1,366 @@
+/*
+ * Data transfer: descriptor pools, posting, and the EVD's completion source.
+ *
+ * Each DTO EVD owns one libfabric CQ (created when the first EP using it
+ * connects).  The CQ is the EVD core's *source*: completions are read from it
+ * under the EVD lock, only into free ring slots, by whoever looks first: a
+ * dequeuing or waiting consumer, or the IA's progress thread when its fd
+ * fires (progress.c).  A completion's context is a dfi_dto of the posting
+ * EP; the conversion to a DAT_EVENT happens here, so the fabric layer knows
+ * nothing of DAT.
+ */
+#include "dfi.h"
+#include "fabric/fabric.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ----------------------------------------------------------- descriptors */
+
+struct dfi_dto_pool *dfi_dto_pool_new(int n)
+{
+	struct dfi_dto_pool *p = calloc(1, sizeof(*p));
+
+	if (!p)
+		return NULL;
+	p->d = calloc((size_t)n, sizeof(*p->d));
+	if (!p->d) {
+		free(p);
+		return NULL;
+	}
+	pthread_mutex_init(&p->lock, NULL);
+	p->n = n;
+	for (int i = 0; i < n; i++) {
+		p->d[i].pool = p;
+		p->d[i].next = i + 1 < n ? i + 1 : -1;
+	}
+	p->free_head = n ? 0 : -1;
+	return p;
+}
+
+static void pool_free(struct dfi_dto_pool *p)
+{
+	pthread_mutex_destroy(&p->lock);
+	free(p->d);
+	free(p);
+}
+
+int dfi_dto_get(struct dfi_dto_pool *p)
+{
+	int i;
+
+	pthread_mutex_lock(&p->lock);
+	i = p->free_head;
+	if (i >= 0) {
+		p->free_head = p->d[i].next;
+		p->outstanding++;
+	}
+	pthread_mutex_unlock(&p->lock);
+	return i;
+}
+
+void dfi_dto_put(struct dfi_dto_pool *p, int i)
+{
+	pthread_mutex_lock(&p->lock);
+	p->d[i].next = p->free_head;
+	p->free_head = i;
+	p->outstanding--;
+	pthread_mutex_unlock(&p->lock);
+}
+
+/* A freed EP's pool with completions still in a CQ stays until IA close,
+ * so a late completion never points into freed memory. */
+void dfi_dto_pool_release(struct dfi_ia *ia, struct dfi_dto_pool *p)
+{
+	int out;
+
+	if (!p)
+		return;
+	pthread_mutex_lock(&p->lock);
+	out = p->outstanding;
+	pthread_mutex_unlock(&p->lock);
+	if (!out) {
+		pool_free(p);
+		return;
+	}
+	pthread_mutex_lock(&ia->lock);
+	p->next_zombie = ia->zombies;
+	ia->zombies = p;
+	pthread_mutex_unlock(&ia->lock);
+}
+
+void dfi_zombies_free(struct dfi_ia *ia)
+{
+	while (ia->zombies) {
+		struct dfi_dto_pool *p = ia->zombies;
+
+		ia->zombies = p->next_zombie;
+		pool_free(p);
+	}
+}
+
+/* ------------------------------------------------------ the CQ as source */
+
+static DAT_DTO_COMPLETION_STATUS status_of(int err)
+{
+	switch (err) {
+	case 0: return DAT_DTO_SUCCESS;
+	case ECANCELED: return DAT_DTO_ERR_FLUSHED;
+	case EMSGSIZE: case 265 /* FI_ETRUNC */: return DAT_DTO_ERR_LOCAL_LENGTH;
+	case EACCES: case EPERM: return DAT_DTO_ERR_REMOTE_ACCESS;
+	default: return DAT_DTO_ERR_TRANSPORT;
+	}
+}
+
+static void dto_event(struct dfi_dto *d, const struct dfi_comp *c, DAT_EVENT *ev)
+{
+	DAT_DTO_COMPLETION_EVENT_DATA *e = &ev->event_data.dto_completion_event_data;
+
+	memset(ev, 0, sizeof(*ev));
+	ev->event_number = DAT_DTO_COMPLETION_EVENT;
+	e->ep_handle = d->ep;
+	e->user_cookie = d->cookie;
+	e->status = status_of(c->err);
+	e->operation = d->op;
+	/* tcp reports no length for sends: the posted length is ours */
+	e->transfered_length = d->op == DAT_DTO_RECEIVE ? (DAT_SEG_LENGTH)c->len : d->len;
+	if (c->err && c->err != ECANCELED)
+		dfi_dbg(DFI_SS_EP, "EP %p: DTO %d (cookie 0x%llx) failed: %s", (void *)d->ep,
+			(int)d->op, (unsigned long long)d->cookie.as_64, strerror(c->err));
+}
+
+static int cq_read(void *ctx, DAT_EVENT *ev, int max)
+{
+	struct dfi_evd *evd = ctx;
+	struct dfi_comp c[64];
+	int out = 0;
+
+	while (out < max) {
+		int want = max - out < 64 ? max - out : 64;
+		int n = dfi_cq_read(evd->cq, c, want);
+
+		if (n <= 0)
+			return out ? out : n;
+		for (int i = 0; i < n; i++) {
+			struct dfi_dto *d = c[i].ctx;
+
+			if (!d)
+				continue;
+			/* a suppressed success frees its slot silently; an
+			 * error is always reported */
+			if (!d->suppress || c[i].err)
+				dto_event(d, &c[i], &ev[out++]);
+			dfi_dto_put(d->pool, (int)(d - d->pool->d));
+		}
+		if (n < want)
+			break;
+	}
+	return out;
+}
+
+static int cq_trywait(void *ctx)
+{
+	struct dfi_evd *evd = ctx;
+
+	return dfi_cq_trywait(evd->cq);
+}
+
+static int cq_fd(void *ctx)
+{
+	struct dfi_evd *evd = ctx;
+
+	return dfi_cq_fd(evd->cq);
+}
+
+static const struct dfi_evq_source_ops cq_source = {
+	.read = cq_read, .trywait = cq_trywait, .fd = cq_fd,
+};
+
+/* The EVD's CQ, created on first use (sized for the EVD, so a CQ never
+ * holds more than the ring can take in one fill). */
+int dfi_evd_cq(struct dfi_evd *evd, struct dfi_cq **out)
+{
+	struct dfi_ia *ia = evd->hdr.ia;
+	int rc = 0;
+
+	pthread_mutex_lock(&ia->lock);
+	if (!evd->cq) {
+		rc = dfi_cq_open(ia->fab, evd->q.qlen < 1024 ? 1024 : evd->q.qlen, &evd->cq);
+		if (!rc) {
+			dfi_evq_set_source(&evd->q, &cq_source, evd);
+			rc = dfi_progress_watch_cq(ia, evd);
+			if (rc) {
+				dfi_evq_set_source(&evd->q, NULL, NULL);
+				dfi_cq_close(evd->cq);
+				evd->cq = NULL;
+			}
+		}
+	}
+	pthread_mutex_unlock(&ia->lock);
+	*out = evd->cq;
+	return rc;
+}
+
+void dfi_evd_cq_close(struct dfi_evd *evd)
+{
+	struct dfi_ia *ia = evd->hdr.ia;
+	struct dfi_cq *cq;
+
+	pthread_mutex_lock(&ia->lock);
+	cq = evd->cq;
+	if (cq)
+		dfi_progress_unwatch_cq(ia, evd);
+	evd->cq = NULL;
+	pthread_mutex_unlock(&ia->lock);
+	if (!cq)
+		return;
+	dfi_evq_set_source(&evd->q, NULL, NULL);
+	dfi_cq_close(cq);
+}
+
+/* ----------------------------------------------------------------- posts */
+
+/* Receives posted before the connection are flushed by ep_reset/ep_free. */
+void dfi_ep_flush_pending(struct dfi_ep *ep)
+{
+	for (int k = 0; k < ep->npending; k++) {
+		struct dfi_dto *d = &ep->recvq->d[ep->pending[k]];
+		struct dfi_comp c = { .ctx = d, .err = ECANCELED };
+		DAT_EVENT ev;
+
+		dto_event(d, &c, &ev);
+		if (ep->recv_evd)
+			dfi_evq_post(&ep->recv_evd->q, &ev);
+		dfi_dto_put(ep->recvq, ep->pending[k]);
+	}
+	ep->npending = 0;
+}
+
+enum post_kind { POST_SEND, POST_RECV, POST_WRITE, POST_READ };
+
+static DAT_RETURN post(DAT_EP_HANDLE h, DAT_COUNT nseg, DAT_LMR_TRIPLET *iov,
+		       DAT_DTO_COOKIE cookie, const DAT_RMR_TRIPLET *remote,
+		       DAT_COMPLETION_FLAGS flags, enum post_kind kind)
+{
+	struct dfi_ep *ep = dfi_obj_get(h, DFI_T_EP);
+	struct dfi_dto_pool *pool;
+	struct dfi_sge sg[4];
+	DAT_COUNT maxseg;
+	struct dfi_dto *d;
+	DAT_VLEN total = 0;
+	int i, n = 0, rc;
+
+	if (!ep)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EP),
+				  "%p is not an EP handle", (void *)h);
+	maxseg = kind == POST_RECV ? ep->attr.max_recv_iov : kind == POST_SEND ?
+		 ep->attr.max_request_iov : kind == POST_WRITE ? ep->attr.max_rdma_write_iov :
+		 ep->attr.max_rdma_read_iov;
+	if (nseg < 0 || nseg > maxseg)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2),
+				  "EP %p: %d segments, the EP allows %d", (void *)ep, nseg, maxseg);
+	if (nseg > 0 && !iov)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3),
+				  "EP %p: segment list is NULL", (void *)ep);
+	if ((kind == POST_WRITE || kind == POST_READ) && !remote)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG5),
+				  "EP %p: remote RMR triplet is NULL", (void *)ep);
+	for (i = 0; i < nseg; i++) {
+		if (!iov[i].segment_length)
+			continue;	/* a zero-length segment is ignored */
+		sg[n].addr = (void *)(uintptr_t)iov[i].virtual_address;
+		sg[n].len = iov[i].segment_length;
+		sg[n].mr = NULL;	/* the providers we run on need no local key */
+		total += iov[i].segment_length;
+		n++;
+	}
+	pool = kind == POST_RECV ? ep->recvq : ep->sendq;
+	i = dfi_dto_get(pool);
+	if (i < 0)
+		return DFI_REJECT(DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_TEP),
+				  "EP %p: %s queue full (%d)", (void *)ep,
+				  kind == POST_RECV ? "receive" : "request", pool->n);
+	d = &pool->d[i];
+	d->ep = ep;
+	d->cookie = cookie;
+	d->len = (DAT_SEG_LENGTH)total;
+	d->op = kind == POST_SEND ? DAT_DTO_SEND : kind == POST_RECV ? DAT_DTO_RECEIVE :
+		kind == POST_WRITE ? DAT_DTO_RDMA_WRITE : DAT_DTO_RDMA_READ;
+	d->suppress = (flags & DAT_COMPLETION_SUPPRESS_FLAG) ||
+		      ((flags & DAT_COMPLETION_UNSIGNALLED_FLAG) && kind != POST_RECV &&
+		       (ep->attr.request_completion_flags & DAT_COMPLETION_UNSIGNALLED_FLAG));
+
+	pthread_mutex_lock(&ep->hdr.ia->cm_lock);
+	if (!ep->fep) {
+		DAT_EP_STATE st = ep->state;
+
+		if (kind == POST_RECV && ep->npending < (int)(sizeof(ep->pending) / sizeof(int)) &&
+		    st != DAT_EP_STATE_CONNECTED && st != DAT_EP_STATE_DISCONNECTED) {
+			d->nsg = n;
+			for (int k = 0; k < n; k++) {
+				d->sg[k].addr = sg[k].addr;
+				d->sg[k].len = sg[k].len;
+			}
+			ep->pending[ep->npending++] = i;
+			pthread_mutex_unlock(&ep->hdr.ia->cm_lock);
+			return DAT_SUCCESS;
+		}
+		pthread_mutex_unlock(&ep->hdr.ia->cm_lock);
+		dfi_dto_put(pool, i);
+		if (kind == POST_RECV)
+			return DFI_REJECT(DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_TEP),
+					  "EP %p: too many receives posted before connecting",
+					  (void *)ep);
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_STATE, DAT_INVALID_STATE_EP_UNCONNECTED),
+				  "EP %p is not connected", (void *)ep);
+	}
+	switch (kind) {
+	case POST_SEND: rc = dfi_post_send(ep->fep, sg, n, d); break;
+	case POST_RECV: rc = dfi_post_recv(ep->fep, sg, n, d); break;
+	case POST_WRITE:
+		rc = dfi_post_write(ep->fep, sg, n, remote->virtual_address,
+				    remote->rmr_context, d);
+		break;
+	default:
+		rc = dfi_post_read(ep->fep, sg, n, remote->virtual_address,
+				   remote->rmr_context, d);
+		break;
+	}
+	pthread_mutex_unlock(&ep->hdr.ia->cm_lock);
+	if (rc) {
+		dfi_dto_put(pool, i);
+		if (rc == -EAGAIN)
+			return DFI_REJECT(DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_TEP),
+					  "EP %p: libfabric queue full", (void *)ep);
+		dfi_warn(DFI_SS_EP, "EP %p: post failed: %s", (void *)ep, strerror(-rc));
+		return DFI_ERR(DAT_INTERNAL_ERROR, 0);
+	}
+	return DAT_SUCCESS;
+}
+
+DAT_RETURN dfi_ep_post_send(DAT_EP_HANDLE ep, DAT_COUNT n, DAT_LMR_TRIPLET *iov,
+			    DAT_DTO_COOKIE cookie, DAT_COMPLETION_FLAGS flags)
+{
+	return post(ep, n, iov, cookie, NULL, flags, POST_SEND);
+}
+
+DAT_RETURN dfi_ep_post_recv(DAT_EP_HANDLE ep, DAT_COUNT n, DAT_LMR_TRIPLET *iov,
+			    DAT_DTO_COOKIE cookie, DAT_COMPLETION_FLAGS flags)
+{
+	return post(ep, n, iov, cookie, NULL, flags, POST_RECV);
+}
+
+DAT_RETURN dfi_ep_post_rdma_write(DAT_EP_HANDLE ep, DAT_COUNT n, DAT_LMR_TRIPLET *iov,
+				  DAT_DTO_COOKIE cookie, const DAT_RMR_TRIPLET *r,
+				  DAT_COMPLETION_FLAGS flags)
+{
+	return post(ep, n, iov, cookie, r, flags, POST_WRITE);
+}
+
+DAT_RETURN dfi_ep_post_rdma_read(DAT_EP_HANDLE ep, DAT_COUNT n, DAT_LMR_TRIPLET *iov,
+				 DAT_DTO_COOKIE cookie, const DAT_RMR_TRIPLET *r,
+				 DAT_COMPLETION_FLAGS flags)
+{
+	return post(ep, n, iov, cookie, r, flags, POST_READ);
+}
