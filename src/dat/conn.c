@@ -422,6 +422,7 @@ DAT_RETURN dfi_ep_disconnect(DAT_EP_HANDLE h, DAT_CLOSE_FLAGS flags)
 	struct dfi_ep *ep = dfi_obj_get(h, DFI_T_EP);
 	struct dfi_ia *ia;
 	DAT_RETURN rc = DAT_SUCCESS;
+	bool self_report = false;
 
 	(void)flags;	/* graceful and abrupt both shut the connection down */
 	if (!ep)
@@ -436,14 +437,8 @@ DAT_RETURN dfi_ep_disconnect(DAT_EP_HANDLE h, DAT_CLOSE_FLAGS flags)
 		ep->state = DAT_EP_STATE_DISCONNECT_PENDING;
 		if (dfi_fep_shutdown(ep->fep)) {
 			/* no local FI_SHUTDOWN will come: report it ourselves */
-			DAT_EVENT ev;
-
-			memset(&ev, 0, sizeof(ev));
-			ev.event_number = DAT_CONNECTION_EVENT_DISCONNECTED;
-			ev.event_data.connect_event_data.ep_handle = ep;
 			ep->state = DAT_EP_STATE_DISCONNECTED;
-			if (ep->conn_evd)
-				dfi_evq_post(&ep->conn_evd->q, &ev);
+			self_report = true;
 		}
 		break;
 	case DAT_EP_STATE_DISCONNECT_PENDING:
@@ -454,6 +449,14 @@ DAT_RETURN dfi_ep_disconnect(DAT_EP_HANDLE h, DAT_CLOSE_FLAGS flags)
 				"EP %p is not connected", (void *)ep);
 	}
 	pthread_mutex_unlock(&ia->cm_lock);
+	if (self_report && ep->conn_evd) {
+		DAT_EVENT ev;
+
+		memset(&ev, 0, sizeof(ev));
+		ev.event_number = DAT_CONNECTION_EVENT_DISCONNECTED;
+		ev.event_data.connect_event_data.ep_handle = ep;
+		dfi_evq_post(&ep->conn_evd->q, &ev);
+	}
 	return rc;
 }
 
@@ -475,27 +478,36 @@ void dfi_ep_close_fep(struct dfi_ep *ep)
 
 /* ------------------------------------------------------ CM event handling */
 
-static void post_conn_event(struct dfi_ep *ep, DAT_EVENT_NUMBER num, const void *pdata,
-			    size_t plen)
-{
+/* An event to post once ia->cm_lock is dropped: posting can trigger a CNO
+ * whose proxy agent is user code, and no lock is held across user code.
+ * The target EVD is referenced meanwhile, so it cannot be freed. */
+struct cm_post {
+	struct dfi_evq *q;
 	DAT_EVENT ev;
+	struct dfi_cr *cr;		/* a CR event: rejected if it does not fit */
+};
 
-	memset(&ev, 0, sizeof(ev));
-	ev.event_number = num;
-	ev.event_data.connect_event_data.ep_handle = ep;
+static void conn_event(struct cm_post *p, struct dfi_ep *ep, DAT_EVENT_NUMBER num,
+		       const void *pdata, size_t plen)
+{
+	if (!ep->conn_evd)
+		return;
+	memset(&p->ev, 0, sizeof(p->ev));
+	p->ev.event_number = num;
+	p->ev.event_data.connect_event_data.ep_handle = ep;
 	if (plen) {
 		memcpy(ep->pdata, pdata, plen);
-		ev.event_data.connect_event_data.private_data = ep->pdata;
-		ev.event_data.connect_event_data.private_data_size = (DAT_COUNT)plen;
+		p->ev.event_data.connect_event_data.private_data = ep->pdata;
+		p->ev.event_data.connect_event_data.private_data_size = (DAT_COUNT)plen;
 	}
-	if (ep->conn_evd)
-		dfi_evq_post(&ep->conn_evd->q, &ev);
+	p->q = &ep->conn_evd->q;
+	dfi_evq_ref(p->q);
 }
 
-static void handle_connreq(struct dfi_ia *ia, struct dfi_sp *sp, struct dfi_cm_event *e)
+static void handle_connreq(struct dfi_ia *ia, struct dfi_sp *sp, struct dfi_cm_event *e,
+			   struct cm_post *p)
 {
 	struct dfi_cr *cr;
-	DAT_EVENT ev;
 
 	if (sp->hdr.type == DFI_T_RSP && sp->used) {
 		dfi_pep_reject(sp->pep, e->req, NULL, 0);	/* single use */
@@ -512,18 +524,16 @@ static void handle_connreq(struct dfi_ia *ia, struct dfi_sp *sp, struct dfi_cm_e
 	memcpy(cr->pdata, e->pdata, e->plen);
 	dfi_connreq_peer(e->req, &cr->remote);
 	sp->used = true;
-	memset(&ev, 0, sizeof(ev));
-	ev.event_number = DAT_CONNECTION_REQUEST_EVENT;
-	ev.event_data.cr_arrival_event_data.sp_handle.psp_handle = sp;
-	ev.event_data.cr_arrival_event_data.local_ia_address_ptr = (DAT_IA_ADDRESS_PTR)&ia->addr;
-	ev.event_data.cr_arrival_event_data.conn_qual = sp->conn_qual;
-	ev.event_data.cr_arrival_event_data.cr_handle = cr;
-	if (dfi_evq_post(&sp->cr_evd->q, &ev) != 0) {
-		/* the CR EVD overflowed: refuse on the wire, as OFA does */
-		dfi_pep_reject(sp->pep, cr->req, NULL, 0);
-		cr->req = NULL;
-		dfi_obj_retire(cr);
-	}
+	memset(&p->ev, 0, sizeof(p->ev));
+	p->ev.event_number = DAT_CONNECTION_REQUEST_EVENT;
+	p->ev.event_data.cr_arrival_event_data.sp_handle.psp_handle = sp;
+	p->ev.event_data.cr_arrival_event_data.local_ia_address_ptr =
+		(DAT_IA_ADDRESS_PTR)&ia->addr;
+	p->ev.event_data.cr_arrival_event_data.conn_qual = sp->conn_qual;
+	p->ev.event_data.cr_arrival_event_data.cr_handle = cr;
+	p->cr = cr;
+	p->q = &sp->cr_evd->q;
+	dfi_evq_ref(p->q);
 }
 
 static DAT_EVENT_NUMBER error_event(int err, bool connected)
@@ -538,69 +548,80 @@ static DAT_EVENT_NUMBER error_event(int err, bool connected)
 	}
 }
 
+/* Translate one CM event (cm_lock held) into at most one DAT event. */
+static void translate(struct dfi_ia *ia, struct dfi_cm_event *e, struct cm_post *p)
+{
+	struct dfi_obj *o = e->ctx;
+	struct dfi_ep *ep;
+
+	if (e->type == DFI_CM_CONNREQ) {
+		if (o && (o->type == DFI_T_PSP || o->type == DFI_T_RSP))
+			handle_connreq(ia, (struct dfi_sp *)o, e, p);
+		else
+			dfi_connreq_free(e->req);
+		return;
+	}
+	ep = dfi_obj_get(o, DFI_T_EP);
+	if (!ep)
+		return;		/* an endpoint already closed */
+	switch (e->type) {
+	case DFI_CM_CONNECTED:
+		ep->state = DAT_EP_STATE_CONNECTED;
+		conn_event(p, ep, DAT_CONNECTION_EVENT_ESTABLISHED, e->pdata, e->plen);
+		break;
+	case DFI_CM_SHUTDOWN:
+		if (ep->state != DAT_EP_STATE_DISCONNECTED) {
+			ep->state = DAT_EP_STATE_DISCONNECTED;
+			conn_event(p, ep, DAT_CONNECTION_EVENT_DISCONNECTED, NULL, 0);
+		}
+		break;
+	case DFI_CM_ERROR: {
+		bool was = ep->state == DAT_EP_STATE_CONNECTED;
+		bool pending = ep->state == DAT_EP_STATE_DISCONNECT_PENDING;
+
+		if (ep->state == DAT_EP_STATE_DISCONNECTED)
+			break;
+		dfi_dbg(DFI_SS_CM, "EP %p: connection error %s", (void *)ep, strerror(e->err));
+		ep->state = DAT_EP_STATE_DISCONNECTED;
+		conn_event(p, ep, pending ? DAT_CONNECTION_EVENT_DISCONNECTED :
+			   error_event(e->err, was), e->pdata, e->plen);
+		break;
+	}
+	default:
+		break;
+	}
+}
+
 int dfi_cm_handle(struct dfi_ia *ia)
 {
 	struct dfi_cm_event e;
 	int handled = 0;
 
 	for (;;) {
-		struct dfi_obj *o;
-		struct dfi_ep *ep;
+		struct cm_post p = { 0 };
 		int rc;
 
 		pthread_mutex_lock(&ia->cm_lock);
 		rc = dfi_eq_read(ia->eq, &e);
+		if (rc > 0)
+			translate(ia, &e, &p);
+		pthread_mutex_unlock(&ia->cm_lock);
 		if (rc <= 0) {
-			pthread_mutex_unlock(&ia->cm_lock);
 			if (rc < 0)
 				dfi_warn(DFI_SS_CM, "reading the event queue: %s", strerror(-rc));
 			return handled;
 		}
 		handled++;
-		o = e.ctx;
-		if (e.type == DFI_CM_CONNREQ) {
-			struct dfi_sp *sp = o && (o->type == DFI_T_PSP || o->type == DFI_T_RSP) ?
-					    (struct dfi_sp *)o : NULL;
-
-			if (sp)
-				handle_connreq(ia, sp, &e);
-			else
-				dfi_connreq_free(e.req);
-			pthread_mutex_unlock(&ia->cm_lock);
+		if (!p.q)
 			continue;
-		}
-		ep = dfi_obj_get(o, DFI_T_EP);
-		if (!ep) {
+		if (dfi_evq_post(p.q, &p.ev) != 0 && p.cr) {
+			/* the CR EVD overflowed: refuse on the wire, as OFA does */
+			pthread_mutex_lock(&ia->cm_lock);
+			dfi_pep_reject(p.cr->sp->pep, p.cr->req, NULL, 0);
+			p.cr->req = NULL;
 			pthread_mutex_unlock(&ia->cm_lock);
-			continue;	/* an endpoint already closed */
+			dfi_obj_retire(p.cr);
 		}
-		switch (e.type) {
-		case DFI_CM_CONNECTED:
-			ep->state = DAT_EP_STATE_CONNECTED;
-			post_conn_event(ep, DAT_CONNECTION_EVENT_ESTABLISHED, e.pdata, e.plen);
-			break;
-		case DFI_CM_SHUTDOWN:
-			if (ep->state != DAT_EP_STATE_DISCONNECTED) {
-				ep->state = DAT_EP_STATE_DISCONNECTED;
-				post_conn_event(ep, DAT_CONNECTION_EVENT_DISCONNECTED, NULL, 0);
-			}
-			break;
-		case DFI_CM_ERROR: {
-			bool was = ep->state == DAT_EP_STATE_CONNECTED;
-			bool pending = ep->state == DAT_EP_STATE_DISCONNECT_PENDING;
-
-			if (ep->state == DAT_EP_STATE_DISCONNECTED)
-				break;
-			dfi_dbg(DFI_SS_CM, "EP %p: connection error %s", (void *)ep,
-				strerror(e.err));
-			ep->state = DAT_EP_STATE_DISCONNECTED;
-			post_conn_event(ep, pending ? DAT_CONNECTION_EVENT_DISCONNECTED :
-					error_event(e.err, was), e.pdata, e.plen);
-			break;
-		}
-		default:
-			break;
-		}
-		pthread_mutex_unlock(&ia->cm_lock);
+		dfi_evq_unref(p.q);
 	}
 }

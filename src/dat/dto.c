@@ -221,20 +221,27 @@ void dfi_evd_cq_close(struct dfi_evd *evd)
 
 /* ----------------------------------------------------------------- posts */
 
-/* Receives posted before the connection are flushed by ep_reset/ep_free. */
+/* Receives posted before the connection are flushed by ep_reset/ep_free.
+ * Called without ia->cm_lock: posting may run a CNO proxy agent. */
 void dfi_ep_flush_pending(struct dfi_ep *ep)
 {
-	for (int k = 0; k < ep->npending; k++) {
-		struct dfi_dto *d = &ep->recvq->d[ep->pending[k]];
+	int idx[64], n;
+
+	pthread_mutex_lock(&ep->hdr.ia->cm_lock);
+	n = ep->npending;
+	memcpy(idx, ep->pending, (size_t)n * sizeof(int));
+	ep->npending = 0;
+	pthread_mutex_unlock(&ep->hdr.ia->cm_lock);
+	for (int k = 0; k < n; k++) {
+		struct dfi_dto *d = &ep->recvq->d[idx[k]];
 		struct dfi_comp c = { .ctx = d, .err = ECANCELED };
 		DAT_EVENT ev;
 
 		dto_event(d, &c, &ev);
 		if (ep->recv_evd)
 			dfi_evq_post(&ep->recv_evd->q, &ev);
-		dfi_dto_put(ep->recvq, ep->pending[k]);
+		dfi_dto_put(ep->recvq, idx[k]);
 	}
-	ep->npending = 0;
 }
 
 enum post_kind { POST_SEND, POST_RECV, POST_WRITE, POST_READ };

@@ -246,8 +246,8 @@ DAT_RETURN dfi_ep_reset(DAT_EP_HANDLE h)
 	 * receives were flushed by the disconnect), early receives are
 	 * flushed to the receive EVD. */
 	dfi_ep_close_fep(ep);
-	pthread_mutex_lock(&ep->hdr.ia->cm_lock);
 	dfi_ep_flush_pending(ep);
+	pthread_mutex_lock(&ep->hdr.ia->cm_lock);
 	ep->state = DAT_EP_STATE_UNCONNECTED;
 	pthread_mutex_unlock(&ep->hdr.ia->cm_lock);
 	return DAT_SUCCESS;
@@ -258,8 +258,8 @@ void dfi_ep_destroy(struct dfi_ep *ep)
 	struct dfi_ia *ia = ep->hdr.ia;
 
 	dfi_ep_close_fep(ep);
-	pthread_mutex_lock(&ia->cm_lock);
 	dfi_ep_flush_pending(ep);
+	pthread_mutex_lock(&ia->cm_lock);
 	if (ep->rsp)
 		ep->rsp->ep = NULL;
 	pthread_mutex_unlock(&ia->cm_lock);
