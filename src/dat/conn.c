@@ -3,7 +3,7 @@
  * accept, reject, disconnect, and the translation of libfabric CM events
  * into DAT connection events (called by the progress thread).
  *
- * The connection qualifier is the TCP port.  ia->cm_lock serializes CM
+ * The connection qualifier's low 16 bits are the TCP port.  ia->cm_lock serializes CM
  * event handling with EP and service point teardown, so an event never
  * reaches an endpoint that is being closed.
  */
@@ -28,9 +28,11 @@ static DAT_RETURN sp_create(struct dfi_ia *ia, enum dfi_type type, DAT_CONN_QUAL
 	uint16_t port;
 	int rc;
 
-	if (*qual > 65535)
+	/* The port is the qualifier's low 16 bits, as OFA's rdma_cm provider
+	 * maps it (dapltest's limit test uses qualifiers above 65535). */
+	if (*qual != 0 && (*qual & 0xffff) == 0)
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2),
-				  "connection qualifier %llu is not a TCP port",
+				  "connection qualifier %llu maps to TCP port 0",
 				  (unsigned long long)*qual);
 	rc = dfi_progress_start(ia);
 	if (rc)
@@ -38,7 +40,7 @@ static DAT_RETURN sp_create(struct dfi_ia *ia, enum dfi_type type, DAT_CONN_QUAL
 	sp = dfi_obj_new(ia, type, sizeof(*sp));
 	if (!sp)
 		return DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_MEMORY);
-	rc = dfi_pep_listen(ia->fab, ia->eq, (uint16_t)*qual, sp, &sp->pep, &port);
+	rc = dfi_pep_listen(ia->fab, ia->eq, (uint16_t)(*qual & 0xffff), sp, &sp->pep, &port);
 	if (rc) {
 		dfi_obj_retire(sp);
 		if (rc == -EADDRINUSE)
@@ -48,11 +50,11 @@ static DAT_RETURN sp_create(struct dfi_ia *ia, enum dfi_type type, DAT_CONN_QUAL
 		return DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_MEMORY);
 	}
 	sp->cr_evd = evd;
-	sp->conn_qual = port;
+	sp->conn_qual = *qual ? *qual : port;	/* create_any: the port chosen */
 	sp->flags = flags;
 	sp->ep = ep;
 	dfi_evq_ref(&evd->q);
-	*qual = port;
+	*qual = sp->conn_qual;
 	*out = sp;
 	dfi_dbg(DFI_SS_CM, "%s %p listening on port %u", type == DFI_T_PSP ? "PSP" : "RSP",
 		(void *)sp, port);
@@ -382,9 +384,9 @@ DAT_RETURN dfi_ep_connect(DAT_EP_HANDLE h, DAT_IA_ADDRESS_PTR addr, DAT_CONN_QUA
 	if (!addr || addr->sa_family != AF_INET)
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_ADDRESS, DAT_INVALID_ADDRESS_UNSUPPORTED),
 				  "EP %p: only IPv4 (AF_INET) remote addresses", (void *)ep);
-	if (qual > 65535)
+	if ((qual & 0xffff) == 0)
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3),
-				  "connection qualifier %llu is not a TCP port",
+				  "connection qualifier %llu maps to TCP port 0",
 				  (unsigned long long)qual);
 	if (plen < 0 || plen > DFI_PDATA_MAX || (plen && !pdata))
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG5),
@@ -393,7 +395,7 @@ DAT_RETURN dfi_ep_connect(DAT_EP_HANDLE h, DAT_IA_ADDRESS_PTR addr, DAT_CONN_QUA
 	if (dfi_progress_start(ia))
 		return DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_MEMORY);
 	memcpy(&dest, addr, sizeof(dest));
-	dest.sin_port = htons((uint16_t)qual);
+	dest.sin_port = htons((uint16_t)(qual & 0xffff));
 	pthread_mutex_lock(&ia->cm_lock);
 	if (ep->state != DAT_EP_STATE_UNCONNECTED || ep->fep) {
 		pthread_mutex_unlock(&ia->cm_lock);

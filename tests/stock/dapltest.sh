@@ -55,17 +55,33 @@ declare -A NEEDS_TRANSPORT=(
 	["F queryinfo case17"]="needs provider-created EPs: DAT_PSP_PROVIDER_FLAG PSP (dat_psp_create)"
 )
 
-L_CASES=(limit_ia limit_pz limit_evd limit_cno limit_lmr limit_size_lmr)
+L_CASES=(limit_ia limit_pz limit_evd limit_cno limit_lmr limit_size_lmr limit_ep limit_psp
+	 limit_rsp limit_rpost)
 HWCONN_CASES=(case0 case1 case2 case3)
 PZ_CASES=(case0 case1 case2)
 MEM_CASES=(case0 case1 case2 case3 case4)
+ENDPOINT_CASES=(case0 case1 case2)
+CONNMGT_CASES=(case0 case1)
 # case13 and case15 pass the IA *index* to dat_cno_query/dat_evd_query and
 # libdat2 segfaults before the provider is reached (dat-clients.md 1.6).
 QUERYINFO_CASES=(case0 case1 case2 case3 case4 case5 case6 case7 case8 case9
 		 case10 case11 case12 case14 case16 case17)
 
+# Client/server runs against one "dapltest -T S" (regress.sh-style mixes):
+# "name|arguments after -T X -s 127.0.0.1 -D IA".  The last one, Q, stops it.
+SERVER_CASES=(
+	"T SR 256/1 x2 threads x2 EPs, RR, RW|-T T -i 100 -t 2 -w 2 client SR 256 1 server SR 256 1 client RR 4096 2 client RW 4096 4 server RW 4096 3"
+	"T validate, 4 segments|-T T -i 100 -V client SR 1024 4 server SR 1024 4 client RR 8192 2 server RW 2048 4"
+	"T polling|-T T -i 100 -P client SR 1024 server SR 1024 client RW 4096"
+	"T RSP|-T T -i 100 -r client SR 1024 server SR 1024"
+	"P RW|-T P -i 100 RW 4096 2"
+	"P RR|-T P -i 100 RR 4096"
+	"Q|-T Q"
+)
+
 total=$(( ${#L_CASES[@]} + ${#HWCONN_CASES[@]} + ${#PZ_CASES[@]} + ${#MEM_CASES[@]} +
-	  ${#QUERYINFO_CASES[@]} ))
+	  ${#QUERYINFO_CASES[@]} + ${#ENDPOINT_CASES[@]} + ${#CONNMGT_CASES[@]} +
+	  ${#SERVER_CASES[@]} ))
 n=0 npass=0 nfail=0 nskip=0
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -156,10 +172,17 @@ judge_limit() {
 	limit_cno) want='CNOs created' ;;
 	limit_evd) want='EVDs created' ;;
 	limit_lmr) want='LMRs created' ;;
+	limit_ep) want='EPs created' ;;
+	limit_psp) want='PSPs created' ;;
+	limit_rsp) want='RSPs created' ;;
 	*) want='' ;;
 	esac
 	local stop
 	stop=$(grep -E 'can not continue|fails:|error:' "$log")
+	# limit_rpost posts until the receive queue is full: a full queue is
+	# how it is meant to end (dat-clients.md 3.6), any other failure is not
+	[ "$t" = limit_rpost ] &&
+		stop=$(printf '%s\n' "$stop" | grep -vE 'dat_ep_post_recv fails: DAT_(INSUFFICIENT_RESOURCES|QUEUE_FULL)')
 	if [ -n "$stop" ] && [ -z "$problems" ] && [ -n "${NEEDS_TRANSPORT[$key]+x}" ] &&
 	   ! grep -E 'fails:|error:' "$log" | grep -qv 'DAT_NOT_IMPLEMENTED'; then
 		local s
@@ -175,6 +198,9 @@ judge_limit() {
 		elif [ "$count" -ne "$MAX" ]; then
 			problems+="only $count of -m $MAX: the provider reports higher limits"$'\n'
 		fi
+	elif [ "$t" = limit_rpost ]; then
+		grep -qE 'recv buffers posted per EP: [1-9]' "$log" ||
+			problems+="no 'recv buffers posted per EP: N' line"$'\n'
 	elif ! grep -qE 'Largest LMR was|LMR of 0x[0-9a-f]+ bytes OK' "$log"; then
 		problems+="no 'Largest LMR' / 'LMR of ... OK' line"$'\n'
 	fi
@@ -219,6 +245,65 @@ judge_fft() {
 	fi
 }
 
+# The server cases: one "dapltest -T S" serves every client run, judged by
+# the client's output (dat-clients.md 3.1: "Total WQE" for T, the "raw:"
+# line for P, no error lines), and the server must exit after Q.
+judge_server_cases() {
+	local slog=$tmp/server.out serr=$tmp/server.err spid i entry name args ready=0
+	# shellcheck disable=SC2086
+	timeout --kill-after=10 $((LIMIT * 4)) $WRAP dapltest -T S -D "$IA" >"$slog" 2>"$serr" </dev/null &
+	spid=$!
+	for i in $(seq 100); do
+		grep -q 'Service Point Ready' "$slog" 2>/dev/null && { ready=1; break; }
+		kill -0 "$spid" 2>/dev/null || break
+		sleep 0.1
+	done
+	for entry in "${SERVER_CASES[@]}"; do
+		name="dapltest ${entry#*|}"
+		args=${entry#*|}
+		cmd_args="${args%% -i *} -s 127.0.0.1 -D $IA${args#"${args%% -i *}"}"
+		problems=""
+		if [ "$ready" -ne 1 ]; then
+			rc=0
+			: >"$log"; : >"$err"
+			problems="the dapltest server never printed 'Service Point Ready'"$'\n'
+			report "$name" "S ${entry%%|*}" fail
+			continue
+		fi
+		# dapltest wants its options before the operations
+		# shellcheck disable=SC2086
+		run ${args%% -i *} -s 127.0.0.1 -D "$IA" ${args#"${args%% -i *}"}
+		common_problems
+		problems+=$(grep -E -i 'Test Error|FAIL|error:|Cannot connect|no operations' "$log" | head -10)
+		[ -n "$problems" ] && problems+=$'\n'
+		case $args in
+		"-T T"*) grep -q 'Total WQE' "$log" || problems+="no 'Total WQE' statistics"$'\n' ;;
+		"-T P"*) grep -q '^raw:' "$log" || problems+="no 'raw:' result line"$'\n' ;;
+		esac
+		if [ -n "$problems" ]; then
+			report "$name" "S ${entry%%|*}" fail
+		else
+			report "$name" "S ${entry%%|*}" pass
+		fi
+	done
+	for i in $(seq 50); do
+		kill -0 "$spid" 2>/dev/null || break
+		sleep 0.1
+	done
+	if kill -0 "$spid" 2>/dev/null; then
+		echo "# the dapltest server did not exit after -T Q; killed"
+		kill -9 "$spid" 2>/dev/null
+		nfail=$((nfail + 1))
+	fi
+	wait "$spid" 2>/dev/null
+	if grep -qE 'terminated with signal|Sanitizer|runtime error:|^==[0-9]+== ' "$slog" "$serr"; then
+		echo "# the dapltest server crashed or a sanitizer spoke:"
+		grep -E 'terminated with signal|Sanitizer|runtime error:|^==[0-9]+== ' "$slog" "$serr" |
+			head -10 | sed 's/^/#   /'
+		nfail=$((nfail + 1))
+	fi
+}
+
 echo "1..$total"
 echo "# dapltest against IA $IA, DAT_OVERRIDE=$DAT_OVERRIDE${WRAP:+, wrapped in: $WRAP}"
 for t in "${L_CASES[@]}"; do judge_limit "$t"; done
@@ -226,5 +311,8 @@ for c in "${HWCONN_CASES[@]}"; do judge_fft hwconn "$c"; done
 for c in "${PZ_CASES[@]}"; do judge_fft pz "$c"; done
 for c in "${MEM_CASES[@]}"; do judge_fft mem "$c"; done
 for c in "${QUERYINFO_CASES[@]}"; do judge_fft queryinfo "$c"; done
+for c in "${ENDPOINT_CASES[@]}"; do judge_fft endpoint "$c"; done
+for c in "${CONNMGT_CASES[@]}"; do judge_fft connmgt "$c"; done
+judge_server_cases
 echo "# dapltest: $((npass + nskip)) ok ($nskip skipped), $nfail not ok, of $n"
 [ "$nfail" -eq 0 ]
