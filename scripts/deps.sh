@@ -3,7 +3,7 @@
 # missing.  As root: apt-get installs them.  Otherwise: say which.
 set -e
 PKGS="make gcc clang pkg-config libdapl-dev dapl2-utils libfabric-dev libfabric-bin \
-libcmocka-dev spin"
+libcmocka-dev spin valgrind iproute2 procps"
 missing=""
 for p in $PKGS; do
 	dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed$' ||

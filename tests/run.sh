@@ -3,8 +3,8 @@
 # timeout, counts TAP lines ("ok" / "not ok") of cmocka and our scripts, and
 # counts a crash, a timeout or a non-zero exit as a failure of its own.
 #
-#   tests/run.sh VARIANT BUILD_DIR [unit|all]
-#   VARIANT: plain, asan or tsan (what to preload for the stock programs)
+#   tests/run.sh VARIANT BUILD_DIR [unit|stock|all]
+#   VARIANT: plain, asan, tsan or valgrind (how the stock programs run)
 # Prints "RESULT <passed> <failed> <skipped>" last; scripts/check.sh adds
 # them up.  A TAP "ok ... # SKIP why" counts as skipped, not passed.
 set -u
@@ -25,6 +25,13 @@ asan)
 tsan)
 	export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
 	stock_wrap=""
+	;;
+valgrind)
+	# the stock programs only (scope "stock"), under memcheck; errors of
+	# the programs themselves are suppressed in tests/stock/valgrind.supp
+	stock_wrap="valgrind -q --error-exitcode=99 --suppressions=$PWD/tests/stock/valgrind.supp"
+	export CLIENTS_CASES=${CLIENTS_CASES:-dtest-default dtest-rr dtest-pingpong dtestcm-w dtestsrq-nosrq}
+	export CLIENTS_TIMEOUT=${CLIENTS_TIMEOUT:-180} DAPLTEST_TIMEOUT=${DAPLTEST_TIMEOUT:-300}
 	;;
 *)	stock_wrap="" ;;
 esac
@@ -57,10 +64,11 @@ run() {
 for t in "$B"/tests/test_*; do
 	[ -x "$t" ] || continue
 	name=$(basename "$t")
+	[ "$scope" = stock ] && continue
 	case $name in test_api*) [ "$scope" = unit ] && continue ;; esac
 	run "$name" 300 "$t"
 done
-if [ "$scope" = all ] && [ -x tests/stock/dapltest.sh ]; then
+if [ "$scope" != unit ] && [ -x tests/stock/dapltest.sh ]; then
 	B=$B DAPLTEST_WRAP="$stock_wrap" run stock_dapltest 900 tests/stock/dapltest.sh
 fi
 # The stock dtest/dtestcm/dtestsrq pairs.  Left out of the default list:
@@ -70,7 +78,7 @@ fi
 #                   already at 0 before the peer's write landed, and reported
 #                   "ERR ... Rx 0x11 expected 0x0" (yet printed PASSED).  Not
 #                   understood yet; run it with CLIENTS_CASES=dtest-datacheck.
-if [ "$scope" = all ] && [ -x tests/stock/clients.sh ]; then
+if [ "$scope" != unit ] && [ -x tests/stock/clients.sh ]; then
 	B=$B CLIENTS_WRAP="$stock_wrap" CLIENTS_CASES="${CLIENTS_CASES:-dtest-default dtest-p \
 dtest-c dtest-w dtest-u dtest-rr dtest-pingpong dtest-allsizes dtestcm-poll dtestcm-w \
 dtestsrq-nosrq}" run stock_clients 1200 tests/stock/clients.sh
