@@ -46,8 +46,12 @@ int dfi_evq_init(struct dfi_evq *q, DAT_EVD_HANDLE self, DAT_COUNT min_qlen,
 	q->qlen = dfi_evq_qlen_round(min_qlen);
 	q->mask = q->qlen - 1;
 	q->ring = calloc(q->qlen, sizeof(DAT_EVENT));
-	if (!q->ring)
+	q->from_src = calloc(q->qlen, 1);
+	if (!q->ring || !q->from_src) {
+		free(q->ring);
+		free(q->from_src);
 		return -ENOMEM;
+	}
 	pthread_mutex_init(&q->lock, NULL);
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -71,7 +75,9 @@ void dfi_evq_fini(struct dfi_evq *q)
 	if (q->wake_fd >= 0)
 		close(q->wake_fd);
 	free(q->ring);
+	free(q->from_src);
 	q->ring = NULL;
+	q->from_src = NULL;
 	pthread_cond_destroy(&q->waiter_left);
 	pthread_mutex_destroy(&q->lock);
 }
@@ -89,10 +95,12 @@ void dfi_evq_set_source(struct dfi_evq *q, const struct dfi_evq_source_ops *ops,
 
 static void ring_push(struct dfi_evq *q, const DAT_EVENT *ev)
 {
-	DAT_EVENT *slot = &q->ring[(q->head + q->count) & q->mask];
+	uint32_t i = (q->head + q->count) & q->mask;
+	DAT_EVENT *slot = &q->ring[i];
 
 	*slot = *ev;
 	slot->evd_handle = q->handle;
+	q->from_src[i] = 0;
 	q->count++;
 	q->n_posted++;
 }
@@ -100,6 +108,8 @@ static void ring_push(struct dfi_evq *q, const DAT_EVENT *ev)
 static void ring_pop(struct dfi_evq *q, DAT_EVENT *ev)
 {
 	*ev = q->ring[q->head];
+	if (q->from_src[q->head] && q->src && q->src->consumed)
+		q->src->consumed(q->src_ctx, ev);
 	q->head = (q->head + 1) & q->mask;
 	q->count--;
 	q->overflow_latched = false;	/* a slot is free again: new episode */
@@ -128,8 +138,10 @@ static int fill(struct dfi_evq *q)
 					 (void *)q->handle, strerror(-n));
 			break;
 		}
-		for (int i = 0; i < n; i++)
+		for (int i = 0; i < n; i++) {
 			q->ring[tail + (uint32_t)i].evd_handle = q->handle;
+			q->from_src[tail + (uint32_t)i] = 1;
+		}
 		q->count += (uint32_t)n;
 		q->n_posted += (uint64_t)n;
 		total += n;
@@ -462,6 +474,7 @@ DAT_RETURN dfi_evq_wait(struct dfi_evq *q, DAT_TIMEOUT timeout, DAT_COUNT thresh
 DAT_RETURN dfi_evq_resize(struct dfi_evq *q, DAT_COUNT min_qlen)
 {
 	DAT_EVENT *ring, *old;
+	uint8_t *from, *old_from;
 	uint32_t n;
 
 	if (min_qlen < 1 || min_qlen > DFI_EVD_MAX_QLEN) {
@@ -471,26 +484,36 @@ DAT_RETURN dfi_evq_resize(struct dfi_evq *q, DAT_COUNT min_qlen)
 	}
 	n = dfi_evq_qlen_round(min_qlen);
 	ring = calloc(n, sizeof(DAT_EVENT));
-	if (!ring)
+	from = calloc(n, 1);
+	if (!ring || !from) {
+		free(ring);
+		free(from);
 		return DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_MEMORY);
+	}
 
 	pthread_mutex_lock(&q->lock);
 	if (q->waiter) {
 		pthread_mutex_unlock(&q->lock);
 		free(ring);
+		free(from);
 		return DFI_ERR(DAT_INVALID_STATE, DAT_INVALID_STATE_EVD_WAITER);
 	}
 	if (q->count > n) {
 		pthread_mutex_unlock(&q->lock);
 		free(ring);
+		free(from);
 		dfi_reject(DFI_SS_API, "EVD %p: %u events queued, more than qlen %u",
 			   (void *)q->handle, q->count, n);
 		return DFI_ERR(DAT_INVALID_STATE, 0);
 	}
-	for (uint32_t i = 0; i < q->count; i++)
+	for (uint32_t i = 0; i < q->count; i++) {
 		ring[i] = q->ring[(q->head + i) & q->mask];
+		from[i] = q->from_src[(q->head + i) & q->mask];
+	}
 	old = q->ring;
+	old_from = q->from_src;
 	q->ring = ring;
+	q->from_src = from;
 	q->qlen = n;
 	q->mask = n - 1;
 	q->head = 0;
@@ -498,6 +521,7 @@ DAT_RETURN dfi_evq_resize(struct dfi_evq *q, DAT_COUNT min_qlen)
 		q->overflow_latched = false;
 	pthread_mutex_unlock(&q->lock);
 	free(old);
+	free(old_from);
 	return DAT_SUCCESS;
 }
 

@@ -39,6 +39,10 @@ struct dfi_evq_source_ops {
 	/* Descriptor that becomes readable after a successful trywait when a
 	 * completion arrives (may also be readable spuriously).  -1: none. */
 	int (*fd)(void *ctx);
+	/* Optional: an event read from this source left the EVD (dequeue or
+	 * wait handed it out), under the EVD lock.  Lets the source count its
+	 * work queue slots until the consumer has reaped the completion. */
+	void (*consumed)(void *ctx, const DAT_EVENT *ev);
 };
 
 enum dfi_evq_state {
@@ -53,8 +57,10 @@ struct dfi_evq {
 	DAT_EVD_HANDLE handle;		/* what events and CNO hints carry */
 	DAT_EVD_FLAGS flags;
 
-	/* ring: capacity qlen (a power of two), count events from head */
+	/* ring: capacity qlen (a power of two), count events from head;
+	 * from_src[i]: slot i was filled from the source */
 	DAT_EVENT *ring;
+	uint8_t *from_src;
 	uint32_t qlen, mask, head, count;
 
 	enum dfi_evq_state state;
