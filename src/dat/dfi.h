@@ -143,6 +143,9 @@ struct dfi_dto_pool {
 	pthread_mutex_t lock;
 	struct dfi_dto *d;
 	int n, free_head, outstanding;
+	/* completions read into an EVD but not yet reaped by the consumer:
+	 * they still hold a work queue slot, as on a verbs QP */
+	int undequeued;
 	struct dfi_dto_pool *next_zombie;
 };
 

@@ -51,7 +51,7 @@ int dfi_dto_get(struct dfi_dto_pool *p)
 	int i;
 
 	pthread_mutex_lock(&p->lock);
-	i = p->free_head;
+	i = p->outstanding + p->undequeued < p->n ? p->free_head : -1;
 	if (i >= 0) {
 		p->free_head = p->d[i].next;
 		p->outstanding++;
@@ -148,9 +148,14 @@ static int cq_read(void *ctx, DAT_EVENT *ev, int max)
 			if (!d)
 				continue;
 			/* a suppressed success frees its slot silently; an
-			 * error is always reported */
-			if (!d->suppress || c[i].err)
+			 * error is always reported, and its slot stays taken
+			 * until the consumer reaps the event (cq_consumed) */
+			if (!d->suppress || c[i].err) {
 				dto_event(d, &c[i], &ev[out++]);
+				pthread_mutex_lock(&d->pool->lock);
+				d->pool->undequeued++;
+				pthread_mutex_unlock(&d->pool->lock);
+			}
 			dfi_dto_put(d->pool, (int)(d - d->pool->d));
 		}
 		if (n < want)
@@ -173,8 +178,23 @@ static int cq_fd(void *ctx)
 	return dfi_cq_fd(evd->cq);
 }
 
+static void cq_consumed(void *ctx, const DAT_EVENT *ev)
+{
+	const DAT_DTO_COMPLETION_EVENT_DATA *e = &ev->event_data.dto_completion_event_data;
+	struct dfi_ep *ep = dfi_obj_get(e->ep_handle, DFI_T_EP);
+	struct dfi_dto_pool *p;
+
+	(void)ctx;
+	if (!ep)
+		return;		/* freed since: its pools went with it */
+	p = e->operation == DAT_DTO_RECEIVE ? ep->recvq : ep->sendq;
+	pthread_mutex_lock(&p->lock);
+	p->undequeued--;
+	pthread_mutex_unlock(&p->lock);
+}
+
 static const struct dfi_evq_source_ops cq_source = {
-	.read = cq_read, .trywait = cq_trywait, .fd = cq_fd,
+	.read = cq_read, .trywait = cq_trywait, .fd = cq_fd, .consumed = cq_consumed,
 };
 
 /* The EVD's CQ, created on first use (sized for the EVD, so a CQ never
@@ -299,6 +319,27 @@ static DAT_RETURN post(DAT_EP_HANDLE h, DAT_COUNT nseg, DAT_LMR_TRIPLET *iov,
 		       (ep->attr.request_completion_flags & DAT_COMPLETION_UNSIGNALLED_FLAG));
 
 	pthread_mutex_lock(&ep->hdr.ia->cm_lock);
+	if (ep->state == DAT_EP_STATE_DISCONNECTED ||
+	    ep->state == DAT_EP_STATE_DISCONNECT_PENDING) {
+		/* A DTO posted to a disconnected EP completes flushed (the
+		 * dat_ep_reset "marker" technique relies on it). */
+		struct dfi_evd *evd = kind == POST_RECV ? ep->recv_evd : ep->req_evd;
+		struct dfi_comp c = { .ctx = d, .err = ECANCELED };
+		DAT_EVENT ev;
+
+		pthread_mutex_unlock(&ep->hdr.ia->cm_lock);
+		dto_event(d, &c, &ev);
+		dfi_dto_put(pool, i);
+		if (evd)
+			dfi_evq_post(&evd->q, &ev);
+		return DAT_SUCCESS;
+	}
+	if (ep->fep && kind != POST_RECV && ep->state != DAT_EP_STATE_CONNECTED) {
+		pthread_mutex_unlock(&ep->hdr.ia->cm_lock);
+		dfi_dto_put(pool, i);
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_STATE, DAT_INVALID_STATE_EP_NOTREADY),
+				  "EP %p: connection not established yet", (void *)ep);
+	}
 	if (!ep->fep) {
 		DAT_EP_STATE st = ep->state;
 

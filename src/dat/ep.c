@@ -219,12 +219,12 @@ DAT_RETURN dfi_ep_get_status(DAT_EP_HANDLE h, DAT_EP_STATE *state, DAT_BOOLEAN *
 	}
 	if (recv_idle) {
 		pthread_mutex_lock(&ep->recvq->lock);
-		*recv_idle = ep->recvq->outstanding == 0;
+		*recv_idle = ep->recvq->outstanding + ep->recvq->undequeued == 0;
 		pthread_mutex_unlock(&ep->recvq->lock);
 	}
 	if (req_idle) {
 		pthread_mutex_lock(&ep->sendq->lock);
-		*req_idle = ep->sendq->outstanding == 0;
+		*req_idle = ep->sendq->outstanding + ep->sendq->undequeued == 0;
 		pthread_mutex_unlock(&ep->sendq->lock);
 	}
 	return DAT_SUCCESS;
