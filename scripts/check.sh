@@ -12,6 +12,18 @@ step "build (clang)";        make -s -j"$jobs" CC=clang B=build/clang all tests 
 step "build (ASan+UBSan)";   make -s -j"$jobs" B=build/asan SAN=asan all tests >/dev/null || die "ASan build failed"
 step "build (TSan)";         make -s -j"$jobs" B=build/tsan SAN=tsan tests >/dev/null || die "TSan build failed"
 
+# The stock programs listen on fixed ports inside the kernel's ephemeral
+# range (dtest/dtestcm/dtestsrq 45248; dapltest's limit test PSPs and RSPs
+# at 39710 and 43806 and the 99 ports after each).  A TIME_WAIT socket of an
+# earlier run on one of them makes a listen fail with DAT_CONN_QUAL_IN_USE,
+# correctly but at random: keep the kernel from handing them out.
+reserve=/proc/sys/net/ipv4/ip_local_reserved_ports
+if [ -w "$reserve" ]; then
+	cur=$(cat "$reserve")
+	echo "${cur:+$cur,}39710-39809,43806-43905,45248-45348" > "$reserve" &&
+		echo "== reserved the stock programs' ports from ephemeral use"
+fi
+
 total_pass=0 total_fail=0 total_skip=0
 tally() {
 	local line
