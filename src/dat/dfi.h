@@ -330,6 +330,16 @@ void dfi_ep_close_fep(struct dfi_ep *ep);
 /* Handle every pending CM event; returns how many there were. */
 int dfi_cm_handle(struct dfi_ia *ia);
 
+/* rmr.c */
+struct dfi_rmr;
+DAT_RETURN dfi_rmr_create(DAT_PZ_HANDLE, DAT_RMR_HANDLE *);
+DAT_RETURN dfi_rmr_query(DAT_RMR_HANDLE, DAT_RMR_PARAM_MASK, DAT_RMR_PARAM *);
+DAT_RETURN dfi_rmr_bind(DAT_RMR_HANDLE, DAT_LMR_HANDLE, const DAT_LMR_TRIPLET *,
+			DAT_MEM_PRIV_FLAGS, DAT_VA_TYPE, DAT_EP_HANDLE, DAT_RMR_COOKIE,
+			DAT_COMPLETION_FLAGS, DAT_RMR_CONTEXT *);
+DAT_RETURN dfi_rmr_free(DAT_RMR_HANDLE);
+void dfi_rmr_destroy(struct dfi_rmr *rmr);
+
 /* progress.c */
 int dfi_progress_start(struct dfi_ia *ia);
 void dfi_progress_stop(struct dfi_ia *ia);
@@ -344,6 +354,7 @@ void dfi_fill_stubs(DAT_PROVIDER *p);
 #define DFI_MAX_LMRS		65536
 #define DFI_MAX_EVDS		4096
 #define DFI_MAX_CNOS		4096
+#define DFI_MAX_RMRS		65536
 #define DFI_MAX_LMR_BLOCK	(1u << 30)
 /* Endpoint defaults, for NULL or zero attributes (dat-clients.md 3.1). */
 #define DFI_EP_DEFAULT_DTOS	16

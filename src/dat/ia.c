@@ -155,7 +155,7 @@ static void fill_ia_attr(struct dfi_ia *ia, DAT_IA_ATTR *a)
 	a->max_pzs = DFI_MAX_PZS;
 	a->max_message_size = maxmsg;
 	a->max_rdma_size = maxmsg;
-	a->max_rmrs = 0;		/* RMRs come with the transport */
+	a->max_rmrs = DFI_MAX_RMRS;	/* emulated: a registration per bind */
 	a->max_rmr_target_address = UINT64_C(0x00007fffffffffff);
 	a->max_srqs = 0;		/* SRQs come with the transport */
 	a->max_ep_per_srq = 0;
@@ -253,7 +253,7 @@ DAT_RETURN dfi_ia_query(DAT_IA_HANDLE h, DAT_EVD_HANDLE *async_evd,
 static void destroy_children(struct dfi_ia *ia)
 {
 	static const enum dfi_type order[] = {
-		DFI_T_EP, DFI_T_CR, DFI_T_PSP, DFI_T_RSP, DFI_T_LMR, DFI_T_PZ, DFI_T_EVD,
+		DFI_T_EP, DFI_T_CR, DFI_T_PSP, DFI_T_RSP, DFI_T_RMR, DFI_T_LMR, DFI_T_PZ, DFI_T_EVD,
 		DFI_T_CNO,
 	};
 
@@ -280,6 +280,7 @@ static void destroy_children(struct dfi_ia *ia)
 			switch (order[k]) {
 			case DFI_T_EP: dfi_ep_destroy((struct dfi_ep *)victim); break;
 			case DFI_T_CR: dfi_cr_destroy((struct dfi_cr *)victim); break;
+			case DFI_T_RMR: dfi_rmr_destroy((struct dfi_rmr *)victim); break;
 			case DFI_T_PSP: case DFI_T_RSP: dfi_sp_destroy((struct dfi_sp *)victim); break;
 			case DFI_T_LMR: dfi_lmr_destroy((struct dfi_lmr *)victim); break;
 			case DFI_T_PZ: dfi_pz_destroy((struct dfi_pz *)victim); break;

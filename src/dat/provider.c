@@ -165,6 +165,10 @@ static void fill_table(struct dfi_provider *p)
 	t->cr_query_func = dfi_cr_query;
 	t->cr_accept_func = dfi_cr_accept;
 	t->cr_reject_func = dfi_cr_reject;
+	t->rmr_create_func = dfi_rmr_create;
+	t->rmr_query_func = dfi_rmr_query;
+	t->rmr_bind_func = dfi_rmr_bind;
+	t->rmr_free_func = dfi_rmr_free;
 	t->handle_extendedop_func = dfi_extendedop;
 }
 

@@ -29,10 +29,6 @@ static DAT_RETURN not_implemented(const char *slot, int *once)
 STUB(cr_handoff, (DAT_CR_HANDLE a1, DAT_CONN_QUAL a2))
 STUB(ep_modify, (DAT_EP_HANDLE a1, DAT_EP_PARAM_MASK a2, const DAT_EP_PARAM * a3))
 STUB(ep_dup_connect, (DAT_EP_HANDLE a1, DAT_EP_HANDLE a2, DAT_TIMEOUT a3, DAT_COUNT a4, const DAT_PVOID a5, DAT_QOS a6))
-STUB(rmr_create, (DAT_PZ_HANDLE a1, DAT_RMR_HANDLE * a2))
-STUB(rmr_query, (DAT_RMR_HANDLE a1, DAT_RMR_PARAM_MASK a2, DAT_RMR_PARAM * a3))
-STUB(rmr_bind, (DAT_RMR_HANDLE a1, DAT_LMR_HANDLE a2, const DAT_LMR_TRIPLET * a3, DAT_MEM_PRIV_FLAGS a4, DAT_VA_TYPE a5, DAT_EP_HANDLE a6, DAT_RMR_COOKIE a7, DAT_COMPLETION_FLAGS a8, DAT_RMR_CONTEXT * a9))
-STUB(rmr_free, (DAT_RMR_HANDLE a1))
 STUB(ep_create_with_srq, (DAT_IA_HANDLE a1, DAT_PZ_HANDLE a2, DAT_EVD_HANDLE a3, DAT_EVD_HANDLE a4, DAT_EVD_HANDLE a5, DAT_SRQ_HANDLE a6, const DAT_EP_ATTR * a7, DAT_EP_HANDLE * a8))
 STUB(ep_recv_query, (DAT_EP_HANDLE a1, DAT_COUNT * a2, DAT_COUNT * a3))
 STUB(ep_set_watermark, (DAT_EP_HANDLE a1, DAT_COUNT a2, DAT_COUNT a3))
@@ -56,10 +52,6 @@ void dfi_fill_stubs(DAT_PROVIDER *p)
 	p->cr_handoff_func = stub_cr_handoff;
 	p->ep_modify_func = stub_ep_modify;
 	p->ep_dup_connect_func = stub_ep_dup_connect;
-	p->rmr_create_func = stub_rmr_create;
-	p->rmr_query_func = stub_rmr_query;
-	p->rmr_bind_func = stub_rmr_bind;
-	p->rmr_free_func = stub_rmr_free;
 	p->ep_create_with_srq_func = stub_ep_create_with_srq;
 	p->ep_recv_query_func = stub_ep_recv_query;
 	p->ep_set_watermark_func = stub_ep_set_watermark;

@@ -1694,6 +1694,74 @@ static void default_dat_override(void)
 		setenv("DAT_OVERRIDE", conf, 1);
 }
 
+/* RMRs are emulated with a registration per bind: the bind completes on
+ * the EP's request EVD with the cookie, the peer's RDMA write through the
+ * returned rmr_context lands in exactly the bound range, a range outside
+ * the LMR is refused, and an unbind completes too. */
+static void test_rmr_bind_emulated(void **state)
+{
+	struct pair *p = *state;
+	DAT_RMR_HANDLE rmr;
+	DAT_RMR_CONTEXT rctx = 0;
+	DAT_RMR_COOKIE cookie;
+	DAT_LMR_TRIPLET t, iov;
+	DAT_RMR_TRIPLET r;
+	DAT_RMR_PARAM rp;
+	DAT_EVENT ev;
+	DAT_COUNT nmore;
+
+	watchdog(__func__, 60);
+	establish(p);
+	memset(&cookie, 0, sizeof(cookie));
+	cookie.as_64 = 0x77;
+	assert_ok(dat_rmr_create(p->s.pz, &rmr));
+	t = seg(&p->s, 4096, 8192);
+	assert_ok(dat_rmr_bind(rmr, p->s.lmr, &t, DAT_MEM_PRIV_REMOTE_WRITE_FLAG, DAT_VA_TYPE_VA,
+			       p->s.ep, cookie, DAT_COMPLETION_DEFAULT_FLAG, &rctx));
+	assert_ok(dat_evd_wait(p->s.req, 2 * SEC, 1, &ev, &nmore));
+	assert_int_equal(ev.event_number, DAT_RMR_BIND_COMPLETION_EVENT);
+	assert_ptr_equal(ev.event_data.rmr_completion_event_data.rmr_handle, rmr);
+	assert_int_equal(ev.event_data.rmr_completion_event_data.user_cookie.as_64, 0x77);
+	assert_int_equal(ev.event_data.rmr_completion_event_data.status, DAT_RMR_BIND_SUCCESS);
+	assert_ok(dat_rmr_query(rmr, DAT_RMR_FIELD_ALL, &rp));
+	assert_int_equal(rp.rmr_context, rctx);
+	assert_int_equal(rp.lmr_triplet.virtual_address, t.virtual_address);
+	assert_int_equal(rp.lmr_triplet.segment_length, 8192);
+
+	/* the client writes through the RMR */
+	memset(p->s.buf, 0xab, 3 * 4096 + 8192);
+	fill(p->c.buf, 8192, 51);
+	iov = seg(&p->c, 0, 8192);
+	r.rmr_context = rctx;
+	r.virtual_address = t.virtual_address;
+	r.segment_length = 8192;
+	assert_ok(dat_ep_post_rdma_write(p->c.ep, 1, &iov, ck(0xc3), &r,
+					 DAT_COMPLETION_DEFAULT_FLAG));
+	expect_dto(p->c.req, p->c.ep, 0xc3, DAT_DTO_RDMA_WRITE, DAT_DTO_SUCCESS, 8192, 2000,
+		   "client RDMA write through an RMR");
+	if (!lands_within(p->s.buf + 4096, p->c.buf, 8192, 2000))
+		fail_msg("RDMA write through the RMR's context did not land in the bound range");
+	assert_int_equal(p->s.buf[4095], 0xab);
+	assert_int_equal(p->s.buf[4096 + 8192], 0xab);
+
+	/* outside the LMR: refused, nothing posted */
+	t = seg(&p->s, 0, 8192);
+	t.virtual_address -= 4096;
+	assert_err(dat_rmr_bind(rmr, p->s.lmr, &t, DAT_MEM_PRIV_REMOTE_WRITE_FLAG,
+				DAT_VA_TYPE_VA, p->s.ep, cookie, DAT_COMPLETION_DEFAULT_FLAG, &rctx),
+		   DAT_LENGTH_ERROR);
+	/* unbind */
+	assert_ok(dat_rmr_bind(rmr, DAT_HANDLE_NULL, NULL, 0, DAT_VA_TYPE_VA, p->s.ep, cookie,
+			       DAT_COMPLETION_DEFAULT_FLAG, &rctx));
+	assert_ok(dat_evd_wait(p->s.req, 2 * SEC, 1, &ev, &nmore));
+	assert_int_equal(ev.event_number, DAT_RMR_BIND_COMPLETION_EVENT);
+	assert_ok(dat_rmr_query(rmr, DAT_RMR_FIELD_ALL, &rp));
+	assert_int_equal(rp.lmr_triplet.segment_length, 0);
+	assert_ok(dat_rmr_free(rmr));
+	assert_err(dat_rmr_free(rmr), DAT_INVALID_HANDLE);
+	alarm(0);
+}
+
 #define TP(name) cmocka_unit_test_setup_teardown(name, pair_setup, pair_teardown)
 
 int main(int argc, char **argv)
@@ -1720,6 +1788,8 @@ int main(int argc, char **argv)
 		TP(test_ep_free_with_completions_pending),
 		/* 7. RSP */
 		TP(test_rsp_accept_with_null_ep),
+		/* RMR (emulated) */
+		TP(test_rmr_bind_emulated),
 		/* 8. bad rmr_context */
 		TP(test_rdma_write_bad_rmr_context),
 		/* sends on a disconnected EP (last: a crash there takes the run) */

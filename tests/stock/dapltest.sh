@@ -50,7 +50,6 @@ export DAT_OVERRIDE
 # case -> why it cannot pass yet (parts of the transport not built)
 declare -A NEEDS_TRANSPORT=(
 	["F queryinfo case3"]="needs provider-created EPs: PSP query on a DAT_PSP_PROVIDER_FLAG PSP (dat_psp_create)"
-	["F queryinfo case9"]="needs the transport: RMR query (dat_rmr_create)"
 	["F queryinfo case16"]="needs provider-created EPs: DAT_PSP_PROVIDER_FLAG PSP (dat_psp_create)"
 	["F queryinfo case17"]="needs provider-created EPs: DAT_PSP_PROVIDER_FLAG PSP (dat_psp_create)"
 )

@@ -1,0 +1,160 @@
+/*
+ * Remote memory regions.  libfabric has no memory windows, so an RMR is
+ * emulated: each bind registers the bound range anew with the remote
+ * privileges asked for (its key is the rmr_context) and an unbind or a
+ * rebind closes the previous registration.  The bind completes at once:
+ * an RMR_BIND completion is posted to the EP's request EVD (unless
+ * suppressed).  Documented in dapl-ofi(7).
+ */
+#include "dfi.h"
+#include "fabric/fabric.h"
+
+#include <string.h>
+
+struct dfi_rmr {
+	struct dfi_obj hdr;
+	struct dfi_pz *pz;
+	struct dfi_mr *mr;		/* the current binding, or NULL */
+	DAT_LMR_TRIPLET triplet;
+	DAT_MEM_PRIV_FLAGS priv;
+	DAT_VA_TYPE va_type;
+	DAT_RMR_CONTEXT context;
+};
+
+DAT_RETURN dfi_rmr_create(DAT_PZ_HANDLE pzh, DAT_RMR_HANDLE *out)
+{
+	struct dfi_pz *pz = dfi_obj_get(pzh, DFI_T_PZ);
+	struct dfi_rmr *rmr;
+
+	if (!pz)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_PZ),
+				  "%p is not a PZ handle", (void *)pzh);
+	if (!out)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2),
+				  "RMR handle pointer is NULL");
+	rmr = dfi_obj_new(pz->hdr.ia, DFI_T_RMR, sizeof(*rmr));
+	if (!rmr)
+		return DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_MEMORY);
+	rmr->pz = pz;
+	pthread_mutex_lock(&pz->hdr.ia->lock);
+	pz->refs++;
+	pthread_mutex_unlock(&pz->hdr.ia->lock);
+	*out = rmr;
+	return DAT_SUCCESS;
+}
+
+#define RMR_OR_REJECT(r, h) do {						\
+		(r) = dfi_obj_get(h, DFI_T_RMR);				\
+		if (!(r))							\
+			return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_RMR), \
+					  "%p is not an RMR handle", (void *)(h)); \
+	} while (0)
+
+DAT_RETURN dfi_rmr_query(DAT_RMR_HANDLE h, DAT_RMR_PARAM_MASK mask, DAT_RMR_PARAM *p)
+{
+	struct dfi_rmr *rmr;
+
+	RMR_OR_REJECT(rmr, h);
+	if (mask & ~(DAT_RMR_PARAM_MASK)DAT_RMR_FIELD_ALL)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2),
+				  "RMR param mask 0x%x has unknown bits", (unsigned)mask);
+	if (!p)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3),
+				  "RMR param pointer is NULL");
+	memset(p, 0, sizeof(*p));
+	p->ia_handle = rmr->hdr.ia;
+	p->pz_handle = rmr->pz;
+	p->lmr_triplet = rmr->triplet;
+	p->mem_priv = rmr->priv;
+	p->rmr_context = rmr->context;
+	p->rmr_scope = DAT_RMR_SCOPE_EP;
+	p->va_type = rmr->va_type;
+	return DAT_SUCCESS;
+}
+
+DAT_RETURN dfi_rmr_bind(DAT_RMR_HANDLE h, DAT_LMR_HANDLE lmrh, const DAT_LMR_TRIPLET *t,
+			DAT_MEM_PRIV_FLAGS priv, DAT_VA_TYPE va_type, DAT_EP_HANDLE eph,
+			DAT_RMR_COOKIE cookie, DAT_COMPLETION_FLAGS flags, DAT_RMR_CONTEXT *ctx)
+{
+	struct dfi_rmr *rmr;
+	struct dfi_lmr *lmr = NULL;
+	struct dfi_ep *ep = dfi_obj_get(eph, DFI_T_EP);
+	struct dfi_mr *mr = NULL, *old;
+	uint32_t key = 0;
+	unsigned access = 0;
+	DAT_EVENT ev;
+	int rc;
+
+	RMR_OR_REJECT(rmr, h);
+	if (!ep || ep->hdr.ia != rmr->hdr.ia)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EP),
+				  "%p is not an EP of this IA", (void *)eph);
+	if (ep->pz != rmr->pz)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_STATE, DAT_INVALID_STATE_EP_PZ),
+				  "EP %p and RMR %p are in different PZs", (void *)ep, (void *)rmr);
+	if (va_type != DAT_VA_TYPE_VA)
+		return DFI_REJECT(DFI_ERR(DAT_MODEL_NOT_SUPPORTED, 0),
+				  "zero-based virtual addresses are not supported");
+	if (lmrh && t && t->segment_length) {
+		lmr = dfi_obj_get(lmrh, DFI_T_LMR);
+		if (!lmr || lmr->hdr.ia != rmr->hdr.ia)
+			return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_LMR),
+					  "%p is not an LMR of this IA", (void *)lmrh);
+		if (t->virtual_address < lmr->addr ||
+		    t->virtual_address + t->segment_length > lmr->addr + lmr->length)
+			return DFI_REJECT(DFI_ERR(DAT_LENGTH_ERROR, 0),
+					  "RMR range 0x%llx+%u lies outside LMR %p",
+					  (unsigned long long)t->virtual_address,
+					  t->segment_length, (void *)lmr);
+		if (priv & DAT_MEM_PRIV_REMOTE_READ_FLAG)
+			access |= DFI_MR_REMOTE_READ;
+		if (priv & DAT_MEM_PRIV_REMOTE_WRITE_FLAG)
+			access |= DFI_MR_REMOTE_WRITE;
+		rc = dfi_mr_reg(rmr->hdr.ia->fab, (void *)(uintptr_t)t->virtual_address,
+				t->segment_length, access, &mr, &key);
+		if (rc)
+			return DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_MEMORY_REGION);
+	}
+	/* rebind or unbind: the old registration goes */
+	old = rmr->mr;
+	rmr->mr = mr;
+	rmr->context = key;
+	rmr->priv = mr ? priv : 0;
+	rmr->va_type = va_type;
+	if (mr)
+		rmr->triplet = *t;
+	else
+		memset(&rmr->triplet, 0, sizeof(rmr->triplet));
+	dfi_mr_dereg(old);
+	if (ctx)
+		*ctx = key;
+	if (!(flags & DAT_COMPLETION_SUPPRESS_FLAG) && ep->req_evd) {
+		memset(&ev, 0, sizeof(ev));
+		ev.event_number = DAT_RMR_BIND_COMPLETION_EVENT;
+		ev.event_data.rmr_completion_event_data.rmr_handle = rmr;
+		ev.event_data.rmr_completion_event_data.user_cookie = cookie;
+		ev.event_data.rmr_completion_event_data.status = DAT_RMR_BIND_SUCCESS;
+		dfi_evq_post(&ep->req_evd->q, &ev);
+	}
+	return DAT_SUCCESS;
+}
+
+void dfi_rmr_destroy(struct dfi_rmr *rmr)
+{
+	struct dfi_ia *ia = rmr->hdr.ia;
+
+	dfi_mr_dereg(rmr->mr);
+	pthread_mutex_lock(&ia->lock);
+	rmr->pz->refs--;
+	pthread_mutex_unlock(&ia->lock);
+	dfi_obj_retire(rmr);
+}
+
+DAT_RETURN dfi_rmr_free(DAT_RMR_HANDLE h)
+{
+	struct dfi_rmr *rmr;
+
+	RMR_OR_REJECT(rmr, h);
+	dfi_rmr_destroy(rmr);
+	return DAT_SUCCESS;
+}
