@@ -13,13 +13,6 @@
 #include <errno.h>
 #include <string.h>
 
-static struct dfi_evd *evd_with(struct dfi_ia *ia, DAT_EVD_HANDLE h, DAT_EVD_FLAGS need)
-{
-	struct dfi_evd *e = dfi_obj_get(h, DFI_T_EVD);
-
-	return e && e->hdr.ia == ia && (e->q.flags & need) ? e : NULL;
-}
-
 static DAT_RETURN sp_create(struct dfi_ia *ia, enum dfi_type type, DAT_CONN_QUAL *qual,
 			    struct dfi_evd *evd, DAT_PSP_FLAGS flags, struct dfi_ep *ep,
 			    struct dfi_sp **out)
@@ -72,7 +65,7 @@ static DAT_RETURN psp_common(DAT_IA_HANDLE h, DAT_CONN_QUAL *qual, DAT_EVD_HANDL
 	if (!ia)
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_IA),
 				  "%p is not an IA handle", (void *)h);
-	if (!(evd = evd_with(ia, evdh, DAT_EVD_CR_FLAG)))
+	if (!(evd = dfi_evd_of(ia, evdh, DAT_EVD_CR_FLAG)))
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EVD_CR),
 				  "%p is not a CR EVD of this IA", (void *)evdh);
 	if (flags == DAT_PSP_PROVIDER_FLAG)
@@ -176,7 +169,7 @@ DAT_RETURN dfi_rsp_create(DAT_IA_HANDLE h, DAT_CONN_QUAL qual, DAT_EP_HANDLE eph
 	if (!ep || ep->hdr.ia != ia)
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EP),
 				  "%p is not an EP of this IA", (void *)eph);
-	if (!(evd = evd_with(ia, evdh, DAT_EVD_CR_FLAG)))
+	if (!(evd = dfi_evd_of(ia, evdh, DAT_EVD_CR_FLAG)))
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EVD_CR),
 				  "%p is not a CR EVD of this IA", (void *)evdh);
 	if (!out)

@@ -210,6 +210,22 @@ static inline void *dfi_obj_get(const void *h, enum dfi_type type)
 	return (void *)o;
 }
 
+/* An EVD of `ia` fed by (one of) the `need` streams, or NULL. */
+static inline struct dfi_evd *dfi_evd_of(struct dfi_ia *ia, DAT_EVD_HANDLE h, DAT_EVD_FLAGS need)
+{
+	struct dfi_evd *e = dfi_obj_get(h, DFI_T_EVD);
+
+	return e && e->hdr.ia == ia && (e->q.flags & need) ? e : NULL;
+}
+
+/* A PZ of `ia`, or NULL. */
+static inline struct dfi_pz *dfi_pz_of(struct dfi_ia *ia, DAT_PZ_HANDLE h)
+{
+	struct dfi_pz *pz = dfi_obj_get(h, DFI_T_PZ);
+
+	return pz && pz->hdr.ia == ia ? pz : NULL;
+}
+
 /* Allocate a zeroed object of `size` bytes, tagged, linked into ia's list. */
 void *dfi_obj_new(struct dfi_ia *ia, enum dfi_type type, size_t size);
 /* Unlink (IA lock taken inside), poison and quarantine. */

@@ -9,13 +9,6 @@
 #include <arpa/inet.h>
 #include <string.h>
 
-static struct dfi_evd *evd_of(struct dfi_ia *ia, DAT_EVD_HANDLE h, DAT_EVD_FLAGS need)
-{
-	struct dfi_evd *e = dfi_obj_get(h, DFI_T_EVD);
-
-	return e && e->hdr.ia == ia && (e->q.flags & need) ? e : NULL;
-}
-
 /* NULL or zero fields mean "the provider's default" (dtest, dtestcm and
  * dapltest pass zeros and NULL); anything above the IA's limits is refused. */
 static DAT_RETURN ep_attr_resolve(struct dfi_ia *ia, const DAT_EP_ATTR *in, DAT_EP_ATTR *a)
@@ -115,7 +108,7 @@ DAT_RETURN dfi_ep_create(DAT_IA_HANDLE h, DAT_PZ_HANDLE pzh, DAT_EVD_HANDLE recv
 			 const DAT_EP_ATTR *attr, DAT_EP_HANDLE *out)
 {
 	struct dfi_ia *ia = dfi_obj_get(h, DFI_T_IA);
-	struct dfi_pz *pz = dfi_obj_get(pzh, DFI_T_PZ);
+	struct dfi_pz *pz = dfi_pz_of(ia, pzh);
 	struct dfi_evd *recv = NULL, *req = NULL, *conn = NULL;
 	DAT_EP_ATTR a;
 	struct dfi_ep *ep;
@@ -124,16 +117,16 @@ DAT_RETURN dfi_ep_create(DAT_IA_HANDLE h, DAT_PZ_HANDLE pzh, DAT_EVD_HANDLE recv
 	if (!ia)
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_IA),
 				  "%p is not an IA handle", (void *)h);
-	if (!pz || pz->hdr.ia != ia)
+	if (!pz)
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_PZ),
 				  "%p is not a PZ of this IA", (void *)pzh);
-	if (recvh && !(recv = evd_of(ia, recvh, DAT_EVD_DTO_FLAG)))
+	if (recvh && !(recv = dfi_evd_of(ia, recvh, DAT_EVD_DTO_FLAG)))
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EVD_RECV),
 				  "%p is not a DTO EVD of this IA", (void *)recvh);
-	if (reqh && !(req = evd_of(ia, reqh, DAT_EVD_DTO_FLAG)))
+	if (reqh && !(req = dfi_evd_of(ia, reqh, DAT_EVD_DTO_FLAG)))
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EVD_REQUEST),
 				  "%p is not a DTO EVD of this IA", (void *)reqh);
-	if (connh && !(conn = evd_of(ia, connh, DAT_EVD_CONNECTION_FLAG)))
+	if (connh && !(conn = dfi_evd_of(ia, connh, DAT_EVD_CONNECTION_FLAG)))
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EVD_CONN),
 				  "%p is not a connection EVD of this IA", (void *)connh);
 	if (!out)

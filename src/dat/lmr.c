@@ -29,7 +29,7 @@ DAT_RETURN dfi_lmr_create(DAT_IA_HANDLE h, DAT_MEM_TYPE type, DAT_REGION_DESCRIP
 			  DAT_RMR_CONTEXT *rctx, DAT_VLEN *reg_len, DAT_VADDR *reg_addr)
 {
 	struct dfi_ia *ia = dfi_obj_get(h, DFI_T_IA);
-	struct dfi_pz *pz = dfi_obj_get(pzh, DFI_T_PZ);
+	struct dfi_pz *pz = dfi_pz_of(ia, pzh);
 	struct dfi_lmr *lmr, *base = NULL;
 	const void *addr;
 	uint32_t key;
@@ -39,7 +39,7 @@ DAT_RETURN dfi_lmr_create(DAT_IA_HANDLE h, DAT_MEM_TYPE type, DAT_REGION_DESCRIP
 	if (!ia)
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_IA),
 				  "%p is not an IA handle", (void *)h);
-	if (!pz || pz->hdr.ia != ia)
+	if (!pz)
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_PZ),
 				  "%p is not a PZ of this IA", (void *)pzh);
 	if (!out)
