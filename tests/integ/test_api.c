@@ -2098,48 +2098,6 @@ static void test_ep_dependencies(void **state)
 
 /* ================================================================= main */
 
-/*
- * LeakSanitizer (the ASan variant runs with detect_leaks=1): libdat2 dlopens
- * and dlcloses the provider on every first open / last close, and the
- * constructors of libraries it pulls in (libdat2 itself, libfabric's
- * libinfinipath, libpsm_infinipath, libpsm2, libefa) allocate memory that
- * their unload never frees.  Those allocations are made under _dl_init;
- * dapl-ofi has no constructor, so this hides nothing of ours.  Matching
- * _dl_init needs full malloc stacks (those libraries have no frame pointers).
- */
-const char *__lsan_default_suppressions(void);
-const char *__lsan_default_suppressions(void)
-{
-	return "leak:_dl_init\n";
-}
-
-const char *__asan_default_options(void);
-const char *__asan_default_options(void)
-{
-	return "fast_unwind_on_malloc=0";
-}
-
-static void default_dat_override(void)
-{
-	char self[PATH_MAX], conf[PATH_MAX + 16];
-	ssize_t n;
-	char *slash;
-
-	if (getenv("DAT_OVERRIDE"))
-		return;
-	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	if (n <= 0)
-		return;
-	self[n] = '\0';
-	slash = strrchr(self, '/');
-	if (!slash)
-		return;
-	*slash = '\0';
-	snprintf(conf, sizeof(conf), "%s/../dat.conf", self);
-	if (access(conf, R_OK) == 0)
-		setenv("DAT_OVERRIDE", conf, 1);
-}
-
 #define T(name)	cmocka_unit_test(name)
 #define TF(name) cmocka_unit_test_setup_teardown(name, fx_setup, fx_teardown)
 

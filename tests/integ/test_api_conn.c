@@ -1657,43 +1657,6 @@ static void test_rdma_write_bad_rmr_context(void **state)
 	alarm(0);
 }
 
-/* ================================================================= main */
-
-/* See test_api.c: constructors of libraries libdat2 pulls in leak under
- * _dl_init; dapl-ofi has no constructor. */
-const char *__lsan_default_suppressions(void);
-const char *__lsan_default_suppressions(void)
-{
-	return "leak:_dl_init\n";
-}
-
-const char *__asan_default_options(void);
-const char *__asan_default_options(void)
-{
-	return "fast_unwind_on_malloc=0";
-}
-
-static void default_dat_override(void)
-{
-	char self[PATH_MAX], conf[PATH_MAX + 16];
-	ssize_t n;
-	char *slash;
-
-	if (getenv("DAT_OVERRIDE"))
-		return;
-	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	if (n <= 0)
-		return;
-	self[n] = '\0';
-	slash = strrchr(self, '/');
-	if (!slash)
-		return;
-	*slash = '\0';
-	snprintf(conf, sizeof(conf), "%s/../dat.conf", self);
-	if (access(conf, R_OK) == 0)
-		setenv("DAT_OVERRIDE", conf, 1);
-}
-
 /* RMRs are emulated with a registration per bind: the bind completes on
  * the EP's request EVD with the cookie, the peer's RDMA write through the
  * returned rmr_context lands in exactly the bound range, a range outside
@@ -1761,6 +1724,8 @@ static void test_rmr_bind_emulated(void **state)
 	assert_err(dat_rmr_free(rmr), DAT_INVALID_HANDLE);
 	alarm(0);
 }
+
+/* ================================================================= main */
 
 #define TP(name) cmocka_unit_test_setup_teardown(name, pair_setup, pair_teardown)
 
