@@ -33,7 +33,7 @@ ALL_CFLAGS = -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(SAN_FLAGS) -pthread \
 ALL_LDFLAGS := $(LDFLAGS) $(SAN_FLAGS) -pthread
 
 UTIL_SRCS   := src/util/log.c src/util/param.c
-EVENT_SRCS  := src/event/evd_core.c src/event/cno_core.c src/event/time.c
+EVENT_SRCS  := src/event/evd_core.c src/event/cno_core.c src/event/upcall.c src/event/time.c
 FABRIC_SRCS := src/fabric/fabric.c src/fabric/cm.c
 DAT_SRCS    := src/dat/provider.c src/dat/stubs.c src/dat/handle.c src/dat/ia.c \
 	       src/dat/pz.c src/dat/lmr.c src/dat/evd.c src/dat/cno.c src/dat/ep.c \

@@ -13,6 +13,7 @@
 #ifndef DFI_DAT_H
 #define DFI_DAT_H
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <pthread.h>
@@ -103,6 +104,10 @@ struct dfi_ia {
 	unsigned batch;			/* odd while the thread handles events */
 	pthread_cond_t batch_done;
 	struct dfi_dto_pool *zombies;	/* pools of freed EPs with completions due */
+
+	/* kDAT upcall dispatcher (evd.c), started by the first upcall policy */
+	struct dfi_disp disp;
+	bool disp_on;			/* IA lock */
 };
 
 struct dfi_pz {
@@ -274,6 +279,8 @@ DAT_RETURN dfi_evd_wait(DAT_EVD_HANDLE evd, DAT_TIMEOUT timeout, DAT_COUNT thres
 DAT_RETURN dfi_evd_resize(DAT_EVD_HANDLE evd, DAT_COUNT qlen);
 DAT_RETURN dfi_evd_post_se(DAT_EVD_HANDLE evd, const DAT_EVENT *event);
 DAT_RETURN dfi_evd_dequeue(DAT_EVD_HANDLE evd, DAT_EVENT *event);
+/* The DAT_OFI_EVD_*_OP extension ops (kDAT upcalls). */
+DAT_RETURN dfi_evd_extension(DAT_HANDLE h, DAT_EXTENDED_OP op, va_list args);
 DAT_RETURN dfi_evd_free(DAT_EVD_HANDLE evd);
 DAT_RETURN dfi_evd_set_unwaitable(DAT_EVD_HANDLE evd);
 DAT_RETURN dfi_evd_clear_unwaitable(DAT_EVD_HANDLE evd);

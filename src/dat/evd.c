@@ -1,8 +1,10 @@
 /* The DAT face of the Event Dispatcher: handle and argument checks, then the
  * event core (src/event/evd_core.c) does the work. */
 #include "dfi.h"
+#include "util/param.h"
 
 #include <stddef.h>
+#include <string.h>
 
 #define EVD_STREAMS (DAT_EVD_SOFTWARE_FLAG | DAT_EVD_CR_FLAG | DAT_EVD_DTO_FLAG | \
 		     DAT_EVD_CONNECTION_FLAG | DAT_EVD_RMR_BIND_FLAG | DAT_EVD_ASYNC_FLAG)
@@ -258,4 +260,134 @@ void dfi_evd_destroy(struct dfi_evd *evd)
 {
 	dfi_evq_abort(&evd->q);
 	evd_release(evd);
+}
+
+/* ------------------------------------------------- kDAT upcalls (extension) */
+
+/* The IA's dispatcher, started on first use. */
+static struct dfi_disp *ia_disp(struct dfi_ia *ia)
+{
+	struct dfi_disp *d = NULL;
+
+	pthread_mutex_lock(&ia->lock);
+	if (!ia->disp_on) {
+		long n = dfi_param_int(DFI_P_UPCALL_THREADS);
+		long b = dfi_param_int(DFI_P_UPCALL_BUDGET);
+		int rc;
+
+		if (n < 1 || n > 64) {
+			dfi_warn(DFI_SS_EVD, "DAPL_OFI_UPCALL_THREADS=%ld out of range 1..64: "
+				 "using 2", n);
+			n = 2;
+		}
+		if (b < 1) {
+			dfi_warn(DFI_SS_EVD, "DAPL_OFI_UPCALL_BUDGET=%ld must be positive: "
+				 "using 16", b);
+			b = 16;
+		}
+		rc = dfi_disp_start(&ia->disp, (int)n, (int)b);
+		if (rc)
+			dfi_err(DFI_SS_EVD, "IA '%s': cannot start the upcall dispatcher: %s",
+				ia->prov->info.ia_name, strerror(-rc));
+		else
+			ia->disp_on = true;
+	}
+	if (ia->disp_on)
+		d = &ia->disp;
+	pthread_mutex_unlock(&ia->lock);
+	return d;
+}
+
+static DAT_RETURN set_upcall(struct dfi_evd *evd, int policy, const DAT_UPCALL_OBJECT *obj,
+			     int flag, DAT_COUNT *npending)
+{
+	struct dfi_disp *d = NULL;
+	DAT_RETURN rc;
+
+	if (policy != DAT_UPCALL_DISABLE && policy != DAT_UPCALL_TEARDOWN &&
+	    !(d = ia_disp(evd->hdr.ia)))
+		return DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_MEMORY);
+	rc = dfi_evq_set_upcall(&evd->q, d, policy, obj, flag, npending);
+	if (rc == DAT_SUCCESS)
+		dfi_dbg(DFI_SS_EVD, "EVD %p: upcall policy %d, flag %d, function %p",
+			(void *)evd, policy, flag, obj ? (void *)(uintptr_t)obj->upcall_func : NULL);
+	return rc;
+}
+
+/* dat_evd_kcreate(ia, qlen, policy, upcall, flags, &evd) */
+static DAT_RETURN evd_kcreate(DAT_IA_HANDLE h, va_list args)
+{
+	DAT_COUNT qlen = va_arg(args, DAT_COUNT);
+	int policy = va_arg(args, int);
+	const DAT_UPCALL_OBJECT *obj = va_arg(args, const DAT_UPCALL_OBJECT *);
+	DAT_EVD_FLAGS flags = (DAT_EVD_FLAGS)va_arg(args, int);
+	DAT_EVD_HANDLE *out = va_arg(args, DAT_EVD_HANDLE *);
+	DAT_EVD_HANDLE evh;
+	DAT_RETURN rc;
+
+	if (!dfi_obj_get(h, DFI_T_IA))
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_IA),
+				  "dat_evd_kcreate: %p is not an IA handle", (void *)h);
+	if (policy == DAT_UPCALL_TEARDOWN)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3),
+				  "dat_evd_kcreate: DAT_UPCALL_TEARDOWN is not a policy to "
+				  "create an EVD with");
+	if (policy != DAT_UPCALL_DISABLE && (!obj || !obj->upcall_func))
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG4),
+				  "dat_evd_kcreate: policy %d needs an upcall object with a "
+				  "function", policy);
+	if (!out)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG6),
+				  "dat_evd_kcreate: EVD handle pointer is NULL");
+	rc = dfi_evd_create(h, qlen, DAT_HANDLE_NULL, flags, &evh);
+	if (rc != DAT_SUCCESS)
+		return rc;
+	/* The policy is in force before the handle is returned, so before
+	 * any event can arrive (evd-contract 1.3 rule 4). */
+	rc = set_upcall(evh, policy, obj, DAT_UPCALL_INVOC_NEW, NULL);
+	if (rc != DAT_SUCCESS) {
+		dfi_evd_free(evh);
+		return rc;
+	}
+	*out = evh;
+	return DAT_SUCCESS;
+}
+
+/* dat_evd_modify_upcall / dat_evd_arm_upcall(evd, policy, upcall, flag, &npending) */
+static DAT_RETURN evd_modify_upcall(struct dfi_evd *evd, va_list args)
+{
+	int policy = va_arg(args, int);
+	const DAT_UPCALL_OBJECT *obj = va_arg(args, const DAT_UPCALL_OBJECT *);
+	int flag = va_arg(args, int);
+	DAT_COUNT *npending = va_arg(args, DAT_COUNT *);
+
+	return set_upcall(evd, policy, obj, flag, npending);
+}
+
+/* dat_evd_query_upcall(evd, &policy, &upcall, &flag) */
+static DAT_RETURN evd_query_upcall(struct dfi_evd *evd, va_list args)
+{
+	DAT_UPCALL_POLICY *policy = va_arg(args, DAT_UPCALL_POLICY *);
+	DAT_UPCALL_OBJECT *obj = va_arg(args, DAT_UPCALL_OBJECT *);
+	DAT_UPCALL_FLAG *flag = va_arg(args, DAT_UPCALL_FLAG *);
+	int p, f;
+
+	dfi_evq_get_upcall(&evd->q, &p, obj, &f);
+	if (policy)
+		*policy = (DAT_UPCALL_POLICY)p;
+	if (flag)
+		*flag = (DAT_UPCALL_FLAG)f;
+	return DAT_SUCCESS;
+}
+
+DAT_RETURN dfi_evd_extension(DAT_HANDLE h, DAT_EXTENDED_OP op, va_list args)
+{
+	struct dfi_evd *evd;
+
+	if (op == DAT_OFI_EVD_KCREATE_OP)
+		return evd_kcreate(h, args);
+	EVD_OR_REJECT(evd, h);
+	if (op == DAT_OFI_EVD_MODIFY_UPCALL_OP)
+		return evd_modify_upcall(evd, args);
+	return evd_query_upcall(evd, args);
 }

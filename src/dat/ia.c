@@ -167,8 +167,8 @@ static void fill_ia_attr(struct dfi_ia *ia, DAT_IA_ATTR *a)
 	a->max_rdma_read_per_ep_in_guaranteed = DAT_TRUE;
 	a->max_rdma_read_per_ep_out_guaranteed = DAT_TRUE;
 	a->zb_supported = DAT_FALSE;
-	a->extension_supported = DAT_EXTENSION_NONE;
-	a->extension_version = 0;
+	a->extension_supported = DAT_OFI_EXTENSION;	/* kDAT upcalls (evd.c) */
+	a->extension_version = DAT_OFI_EXTENSION_VERSION;
 	a->num_transport_attr = 0;
 	a->transport_attr = NULL;
 	a->num_vendor_attr = 0;
@@ -303,6 +303,10 @@ DAT_RETURN dfi_ia_close(DAT_IA_HANDLE h, DAT_CLOSE_FLAGS flags)
 	if (flags != DAT_CLOSE_ABRUPT_FLAG && flags != DAT_CLOSE_GRACEFUL_FLAG)
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2),
 				  "close flags 0x%x are neither ABRUPT nor GRACEFUL", (unsigned)flags);
+	if (dfi_upcall_current())
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_STATE, DAT_INVALID_STATE_IA_IN_USE),
+				  "IA '%s': dat_ia_close from inside an upcall would wait for "
+				  "the upcall itself", ia->prov->info.ia_name);
 	if (flags == DAT_CLOSE_GRACEFUL_FLAG) {
 		pthread_mutex_lock(&ia->lock);
 		busy = ia->objs.next != &ia->async_evd->hdr || ia->objs.prev != &ia->async_evd->hdr;
@@ -315,6 +319,8 @@ DAT_RETURN dfi_ia_close(DAT_IA_HANDLE h, DAT_CLOSE_FLAGS flags)
 	destroy_children(ia);
 	dfi_evq_unref(&ia->async_evd->q);
 	dfi_evd_destroy(ia->async_evd);
+	if (ia->disp_on)
+		dfi_disp_stop(&ia->disp);	/* every EVD is gone: no upcall left */
 	dfi_progress_stop(ia);
 	dfi_zombies_free(ia);
 	dfi_fabric_close(ia->fab);

@@ -96,12 +96,21 @@ static void parse_params(const char *params, struct dfi_config *c)
 			  "[key=value ...]\", for example \"tcp lo\"");
 }
 
+/* dat_extension_op: the DAT_OFI_* ops of <dat2/dat_ofi_extensions.h>.  The
+ * IB extension's ops (dtestx, dat_ib_open_query by IA name) are not ours. */
 static DAT_RETURN dfi_extendedop(DAT_HANDLE h, DAT_EXTENDED_OP op, va_list args)
 {
-	(void)args;
-	dfi_reject(DFI_SS_API, "extension op 0x%x on handle %p: dapl-ofi implements no "
-		   "DAT extension yet", (unsigned)op, (void *)h);
-	return DFI_ERR(DAT_NOT_IMPLEMENTED, 0);
+	switch (op) {
+	case DAT_OFI_EVD_KCREATE_OP:
+	case DAT_OFI_EVD_MODIFY_UPCALL_OP:
+	case DAT_OFI_EVD_QUERY_UPCALL_OP:
+		return dfi_evd_extension(h, op, args);
+	default:
+		dfi_reject(DFI_SS_API, "extension op 0x%x on handle %p: not a dapl-ofi "
+			   "extension (the IB extension is not implemented)", (unsigned)op,
+			   (void *)h);
+		return DFI_ERR(DAT_NOT_IMPLEMENTED, 0);
+	}
 }
 
 static void fill_table(struct dfi_provider *p)

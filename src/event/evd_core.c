@@ -56,6 +56,7 @@ int dfi_evq_init(struct dfi_evq *q, DAT_EVD_HANDLE self, DAT_COUNT min_qlen,
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&q->waiter_left, &ca);
+	pthread_cond_init(&q->up_idle, &ca);
 	pthread_condattr_destroy(&ca);
 	q->handle = self;
 	q->flags = flags;
@@ -79,6 +80,7 @@ void dfi_evq_fini(struct dfi_evq *q)
 	q->ring = NULL;
 	q->from_src = NULL;
 	pthread_cond_destroy(&q->waiter_left);
+	pthread_cond_destroy(&q->up_idle);
 	pthread_mutex_destroy(&q->lock);
 }
 
@@ -93,6 +95,31 @@ void dfi_evq_set_source(struct dfi_evq *q, const struct dfi_evq_source_ops *ops,
 
 /* ------------------------------------------------------------ ring helpers */
 
+static bool up_active(const struct dfi_evq *q)
+{
+	return q->up_policy != DAT_UPCALL_DISABLE && q->state != DFI_EVQ_FREEING;
+}
+
+/* Events entered the ring (lock held): under an active policy they are
+ * new arrivals, to be delivered by upcall. */
+static void up_mark(struct dfi_evq *q)
+{
+	if (up_active(q))
+		q->up_fire = true;
+}
+
+/* Lock held: hand q to the dispatcher if it has upcalls to make and no
+ * running instance will find them itself (SINGLE_INSTANCE and NOTIFY
+ * re-check after each upcall; MANY may run one more in parallel). */
+static void up_kick(struct dfi_evq *q)
+{
+	if (!up_active(q) || !q->up_fire || q->count == 0)
+		return;
+	if (q->up_running && q->up_policy != DAT_UPCALL_MANY)
+		return;
+	dfi_disp_enqueue(q->disp, q);
+}
+
 static void ring_push(struct dfi_evq *q, const DAT_EVENT *ev)
 {
 	uint32_t i = (q->head + q->count) & q->mask;
@@ -103,6 +130,7 @@ static void ring_push(struct dfi_evq *q, const DAT_EVENT *ev)
 	q->from_src[i] = 0;
 	q->count++;
 	q->n_posted++;
+	up_mark(q);
 }
 
 static void ring_pop(struct dfi_evq *q, DAT_EVENT *ev)
@@ -144,6 +172,7 @@ static int fill(struct dfi_evq *q)
 		}
 		q->count += (uint32_t)n;
 		q->n_posted += (uint64_t)n;
+		up_mark(q);
 		total += n;
 		if (n < want)
 			break;
@@ -197,6 +226,10 @@ static struct dfi_cno *arrived(struct dfi_evq *q)
 		if (q->count >= (uint32_t)q->threshold)
 			wake(q);
 		return NULL;	/* a direct waiter preempts the CNO */
+	}
+	if (up_active(q)) {
+		up_kick(q);
+		return NULL;	/* so does an upcall policy */
 	}
 	if (q->enabled && q->cno) {
 		dfi_cno_hold(q->cno);
@@ -293,7 +326,9 @@ void dfi_evq_source_notify(struct dfi_evq *q)
 	 * context watches the fd, and a level-triggered wait object (libfabric
 	 * CQ signal fds) stays readable until the next try-wait. */
 	arm_source(q);
-	if (q->enabled && q->cno && (n > 0 || q->count > 0)) {
+	if (up_active(q))
+		up_kick(q);
+	else if (q->enabled && q->cno && (n > 0 || q->count > 0)) {
 		dfi_cno_hold(q->cno);
 		cno = q->cno;
 	}
@@ -324,13 +359,15 @@ DAT_RETURN dfi_evq_dequeue(struct dfi_evq *q, DAT_EVENT *ev)
 	}
 	if (q->count == 0 && q->src) {
 		fill(q);
-		/* A CNO consumer that polls until empty and then sleeps on the
-		 * CNO must find the source armed (fixes D9 for dequeuers). */
-		if (q->count == 0 && q->enabled && q->cno)
+		/* A CNO or upcall consumer that polls until empty and then
+		 * relies on notification must find the source armed (fixes D9
+		 * for dequeuers). */
+		if (q->count == 0 && ((q->enabled && q->cno) || up_active(q)))
 			arm_source(q);
 	}
 	if (q->count > 0) {
 		ring_pop(q, ev);
+		up_kick(q);	/* what this fill brought beyond ev is new too */
 		rc = DAT_SUCCESS;
 	} else if (q->dead) {
 		rc = DFI_ERR(DAT_INVALID_STATE, DAT_INVALID_STATE_EVD_ASYNC);
@@ -356,6 +393,14 @@ static DAT_RETURN wait_precheck(struct dfi_evq *q, DAT_COUNT threshold)
 	}
 	if (!q->waitable)
 		return DFI_ERR(DAT_INVALID_STATE, DAT_INVALID_STATE_EVD_UNWAITABLE);
+	if (up_active(q)) {
+		/* The upcall owns delivery; a waiter would race it for each
+		 * event.  Dequeue stays allowed (the final poll of the edge rule). */
+		dfi_reject(DFI_SS_API, "EVD %p has an active upcall policy (%d): "
+			   "dat_evd_wait is refused, use dat_evd_dequeue", (void *)q->handle,
+			   q->up_policy);
+		return DFI_ERR(DAT_INVALID_STATE, 0);
+	}
 	if (threshold > 1 && (q->n_solicited || q->n_notify)) {
 		dfi_reject(DFI_SS_API, "EVD %p: threshold %d needs the threshold completion "
 			   "model, but an EP feeding it uses %s completions", (void *)q->handle,
@@ -499,11 +544,13 @@ DAT_RETURN dfi_evq_resize(struct dfi_evq *q, DAT_COUNT min_qlen)
 		return DFI_ERR(DAT_INVALID_STATE, DAT_INVALID_STATE_EVD_WAITER);
 	}
 	if (q->count > n) {
+		uint32_t count = q->count;
+
 		pthread_mutex_unlock(&q->lock);
 		free(ring);
 		free(from);
 		dfi_reject(DFI_SS_API, "EVD %p: %u events queued, more than qlen %u",
-			   (void *)q->handle, q->count, n);
+			   (void *)q->handle, count, n);
 		return DFI_ERR(DAT_INVALID_STATE, 0);
 	}
 	for (uint32_t i = 0; i < q->count; i++) {
@@ -537,10 +584,11 @@ void dfi_evq_enable(struct dfi_evq *q)
 			arm_source(q);
 			/* Level on enable (documented): events already queued
 			 * trigger the CNO once. */
-			if (q->count > 0 && !q->waiter) {
+			if (q->count > 0 && !q->waiter && !up_active(q)) {
 				dfi_cno_hold(q->cno);
 				cno = q->cno;
 			}
+			up_kick(q);
 		}
 	}
 	pthread_mutex_unlock(&q->lock);
@@ -580,10 +628,11 @@ void dfi_evq_modify_cno(struct dfi_evq *q, struct dfi_cno *cno)
 		fill(q);
 		q->src_armed = false;	/* an arm made for the old owner */
 		arm_source(q);
-		if (q->count > 0 && !q->waiter) {
+		if (q->count > 0 && !q->waiter && !up_active(q)) {
 			dfi_cno_hold(cno);
 			trig = cno;
 		}
+		up_kick(q);
 	}
 	pthread_mutex_unlock(&q->lock);
 	if (old)
@@ -642,10 +691,30 @@ void dfi_evq_notify_model(struct dfi_evq *q, DAT_EVD_STATE kind, int delta)
 	pthread_mutex_unlock(&q->lock);
 }
 
+/* Stop upcalls for good (FREEING set, lock held): wait until none runs,
+ * then, unlocked, make sure no dispatcher thread holds q any more. */
+static void up_quiesce(struct dfi_evq *q)
+{
+	q->up_policy = DAT_UPCALL_DISABLE;
+	q->up_fire = false;
+	while (q->up_running)
+		pthread_cond_wait(&q->up_idle, &q->lock);
+	if (q->disp) {
+		pthread_mutex_unlock(&q->lock);
+		dfi_disp_forget(q->disp, q);
+		pthread_mutex_lock(&q->lock);
+	}
+}
+
 DAT_RETURN dfi_evq_free_begin(struct dfi_evq *q)
 {
 	DAT_RETURN rc = DAT_SUCCESS;
 
+	if (dfi_upcall_current() == q) {
+		dfi_reject(DFI_SS_API, "EVD %p: dat_evd_free from inside its own upcall "
+			   "would wait for itself", (void *)q->handle);
+		return DFI_ERR(DAT_INVALID_STATE, DAT_INVALID_STATE_EVD_IN_USE);
+	}
 	pthread_mutex_lock(&q->lock);
 	if (q->waiter)
 		rc = DFI_ERR(DAT_INVALID_STATE, DAT_INVALID_STATE_EVD_WAITER);
@@ -654,6 +723,7 @@ DAT_RETURN dfi_evq_free_begin(struct dfi_evq *q)
 	else {
 		q->state = DFI_EVQ_FREEING;
 		q->enabled = false;
+		up_quiesce(q);	/* evd_free implies a teardown */
 	}
 	pthread_mutex_unlock(&q->lock);
 	return rc;
@@ -668,5 +738,169 @@ void dfi_evq_abort(struct dfi_evq *q)
 		wake(q);
 	while (q->waiter)
 		pthread_cond_wait(&q->waiter_left, &q->lock);
+	up_quiesce(q);
+	pthread_mutex_unlock(&q->lock);
+}
+
+/* ---------------------------------------------------------------- upcalls */
+
+static __thread struct dfi_evq *up_current;
+
+struct dfi_evq *dfi_upcall_current(void)
+{
+	return up_current;
+}
+
+static bool policy_valid(int p)
+{
+	return p == DAT_UPCALL_DISABLE || p == DAT_UPCALL_SINGLE_INSTANCE ||
+	       p == DAT_UPCALL_NOTIFY || p == DAT_UPCALL_MANY || p == DAT_UPCALL_TEARDOWN;
+}
+
+DAT_RETURN dfi_evq_set_upcall(struct dfi_evq *q, struct dfi_disp *d, int policy,
+			      const DAT_UPCALL_OBJECT *obj, int flag, DAT_COUNT *npending)
+{
+	DAT_UPCALL_OBJECT up;
+
+	if (!policy_valid(policy)) {
+		dfi_reject(DFI_SS_API, "EVD %p: upcall policy %d is not a DAT_UPCALL_POLICY",
+			   (void *)q->handle, policy);
+		return DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2);
+	}
+	if (flag != DAT_UPCALL_INVOC_NEW && flag != DAT_UPCALL_INVOC_ANY) {
+		dfi_reject(DFI_SS_API, "EVD %p: upcall flag %d is neither DAT_UPCALL_INVOC_NEW "
+			   "nor DAT_UPCALL_INVOC_ANY", (void *)q->handle, flag);
+		return DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG4);
+	}
+	if (policy == DAT_UPCALL_TEARDOWN && up_current == q) {
+		dfi_reject(DFI_SS_API, "EVD %p: DAT_UPCALL_TEARDOWN from inside its own "
+			   "upcall would wait for itself", (void *)q->handle);
+		return DFI_ERR(DAT_INVALID_STATE, 0);
+	}
+
+	pthread_mutex_lock(&q->lock);
+	up = obj ? *obj : q->up;
+	if (q->state == DFI_EVQ_FREEING) {
+		pthread_mutex_unlock(&q->lock);
+		return DFI_ERR(DAT_INVALID_STATE, 0);
+	}
+	if (policy != DAT_UPCALL_DISABLE && policy != DAT_UPCALL_TEARDOWN) {
+		if (!up.upcall_func) {
+			pthread_mutex_unlock(&q->lock);
+			dfi_reject(DFI_SS_API, "EVD %p: upcall policy %d with no upcall function",
+				   (void *)q->handle, policy);
+			return DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3);
+		}
+		if (q->waiter) {
+			pthread_mutex_unlock(&q->lock);
+			dfi_reject(DFI_SS_API, "EVD %p: a thread is blocked in dat_evd_wait; "
+				   "an upcall policy cannot take the EVD from it", (void *)q->handle);
+			return DFI_ERR(DAT_INVALID_STATE, DAT_INVALID_STATE_EVD_WAITER);
+		}
+		if (!q->disp && !d) {
+			pthread_mutex_unlock(&q->lock);
+			return DFI_ERR(DAT_INSUFFICIENT_RESOURCES, 0);
+		}
+		if (!q->disp)
+			q->disp = d;
+	}
+	q->up = up;
+	if (policy == DAT_UPCALL_DISABLE || policy == DAT_UPCALL_TEARDOWN) {
+		/* Checked under this lock right before every upcall: none
+		 * starts after this point. */
+		q->up_policy = DAT_UPCALL_DISABLE;
+		q->up_fire = false;
+		if (policy == DAT_UPCALL_TEARDOWN)
+			while (q->up_running)
+				pthread_cond_wait(&q->up_idle, &q->lock);
+		if (npending)
+			*npending = (DAT_COUNT)q->count;
+		pthread_mutex_unlock(&q->lock);
+		return DAT_SUCCESS;
+	}
+	/* What the source holds now was there before the arm: read it first,
+	 * as old events, then arm.  Everything that enters later is new. */
+	if (q->up_policy == DAT_UPCALL_DISABLE)
+		fill(q);
+	q->up_policy = policy;
+	q->up_flag = flag;
+	if (flag == DAT_UPCALL_INVOC_ANY && q->count > 0)
+		q->up_fire = true;
+	if (npending)
+		*npending = (DAT_COUNT)q->count;
+	/* Notification is set up at the arm (evd-contract 1.3 rule 4): a
+	 * completion after this point fires the source's fd. */
+	if (q->count == 0)
+		arm_source(q);
+	up_kick(q);
+	pthread_mutex_unlock(&q->lock);
+	return DAT_SUCCESS;
+}
+
+void dfi_evq_get_upcall(struct dfi_evq *q, int *policy, DAT_UPCALL_OBJECT *obj, int *flag)
+{
+	pthread_mutex_lock(&q->lock);
+	if (policy)
+		*policy = q->up_policy;
+	if (obj)
+		*obj = q->up;
+	if (flag)
+		*flag = q->up_flag;
+	pthread_mutex_unlock(&q->lock);
+}
+
+void dfi_evq_dispatch(struct dfi_evq *q, int budget)
+{
+	pthread_mutex_lock(&q->lock);
+	while (budget-- > 0) {
+		DAT_UPCALL_OBJECT up;
+		DAT_EVENT ev;
+		bool notify, more;
+
+		/* The policy check sits right before the call, under the lock
+		 * that dfi_evq_set_upcall changes it under. */
+		if (!up_active(q) || !q->up_fire)
+			break;
+		if (q->up_running && q->up_policy != DAT_UPCALL_MANY)
+			break;	/* the running instance re-checks when it returns */
+		if (q->count == 0)
+			fill(q);
+		if (q->count == 0) {
+			q->up_fire = false;	/* drained: the next arrival re-fires */
+			break;
+		}
+		notify = q->up_policy == DAT_UPCALL_NOTIFY;
+		if (notify) {
+			q->up_fire = false;	/* one doorbell for what is queued */
+			more = true;
+		} else {
+			ring_pop(q, &ev);
+			if (q->count == 0)
+				fill(q);	/* so that more_events is the truth */
+			more = q->count > 0;
+			if (!more)
+				q->up_fire = false;
+		}
+		up = q->up;
+		q->up_running++;
+		if (more && q->up_policy == DAT_UPCALL_MANY)
+			dfi_disp_enqueue(q->disp, q);	/* another thread may take the next */
+		up_current = q;
+		pthread_mutex_unlock(&q->lock);
+
+		up.upcall_func(up.instance_data, notify ? NULL : &ev, more ? DAT_TRUE : DAT_FALSE);
+
+		pthread_mutex_lock(&q->lock);
+		up_current = NULL;
+		q->n_upcalls++;
+		if (--q->up_running == 0)
+			pthread_cond_broadcast(&q->up_idle);
+	}
+	if (up_active(q)) {
+		if (q->up_fire)
+			up_kick(q);	/* budget spent: back of the queue, others go first */
+		else if (q->count == 0)
+			arm_source(q);	/* the next completion must raise an arrival */
+	}
 	pthread_mutex_unlock(&q->lock);
 }

@@ -22,10 +22,12 @@
 #include <stdint.h>
 #include <pthread.h>
 #include <dat2/udat.h>
+#include <dat2/dat_ofi_extensions.h>
 
 #define DFI_EVD_MAX_QLEN	65536	/* reported as max_evd_qlen */
 
 struct dfi_cno;
+struct dfi_disp;
 
 /* A pull source of completions below an EVD (a libfabric CQ, or a test producer). */
 struct dfi_evq_source_ops {
@@ -83,8 +85,21 @@ struct dfi_evq {
 	const struct dfi_evq_source_ops *src;
 	void *src_ctx;
 
+	/* kDAT upcalls (dfi_evq_set_upcall, dfi_evq_dispatch; model/upcall.pml) */
+	struct dfi_disp *disp;		/* runs this EVD's upcalls (set on first use) */
+	int up_policy;			/* DAT_UPCALL_POLICY in force; never TEARDOWN */
+	int up_flag;			/* DAT_UPCALL_FLAG of the last arm */
+	DAT_UPCALL_OBJECT up;
+	bool up_fire;			/* events entered since the arm: deliver */
+	int up_running;			/* upcalls executing now */
+	pthread_cond_t up_idle;		/* up_running fell to 0 */
+	/* run-queue state, under the dispatcher's lock */
+	bool up_queued;
+	int up_claims;			/* dispatcher threads holding this EVD */
+	struct dfi_evq *up_next;
+
 	/* statistics, read by tests and the info tool */
-	uint64_t n_posted, n_dropped, n_wakeups;
+	uint64_t n_posted, n_dropped, n_wakeups, n_upcalls;
 };
 
 /* Round a requested minimum queue length up to the ring capacity used. */
@@ -145,6 +160,65 @@ DAT_RETURN dfi_evq_free_begin(struct dfi_evq *q);
 /* IA close: mark FREEING, wake the waiter (it returns DAT_ABORT) and wait
  * until it has left.  Then dfi_evq_fini may run. */
 void dfi_evq_abort(struct dfi_evq *q);
+
+/* ------------------------------------------------------- upcalls (kDAT) */
+
+/*
+ * An EVD with an active upcall policy (SINGLE_INSTANCE, NOTIFY or MANY)
+ * hands its events to the consumer's upcall, run by a dispatcher thread
+ * (the provider's "interrupt" context), with no provider lock held.
+ *
+ *   arrival:  an event that enters the ring while a policy is active (a post,
+ *             or a completion read from the source by anyone) sets up_fire
+ *             and puts the EVD on the dispatcher's run queue;
+ *   dispatch: under the EVD lock, right before each call, the policy is
+ *             checked (evd-contract 1.3 rule 3); SINGLE_INSTANCE and NOTIFY
+ *             run one upcall at a time - an arrival during it is found by the
+ *             same thread's re-check after the upcall returns (the latch is
+ *             up_fire + count, never a separate flag that could be lost);
+ *             MANY lets several threads each take one event;
+ *   delivery: events leave in ring order, each exactly once, to an upcall
+ *             or to a dequeue - whichever pops it under the lock;
+ *   edge:     INVOC_NEW arms without up_fire, so events queued at the arm
+ *             raise nothing until a new one arrives; INVOC_ANY sets up_fire
+ *             when events are queued.  *npending reports the queue at the arm.
+ * Checked by the Promela model model/upcall.pml (names correspond).
+ */
+struct dfi_disp {
+	pthread_mutex_t lock;		/* after every EVD lock (IA -> EVD -> disp) */
+	pthread_cond_t work;		/* run queue non-empty, or stop */
+	pthread_cond_t released;	/* an EVD claim was dropped */
+	struct dfi_evq *head, *tail;	/* run queue of EVDs with work */
+	pthread_t *threads;
+	int nthreads;
+	int budget;			/* upcalls per EVD per turn (fairness) */
+	bool stop;
+	uint64_t n_turns;
+};
+
+/* Start nthreads dispatcher threads.  0 or -errno. */
+int dfi_disp_start(struct dfi_disp *d, int nthreads, int budget);
+/* Join them; every EVD using d must have been freed or aborted first. */
+void dfi_disp_stop(struct dfi_disp *d);
+/* Put q on the run queue (EVD lock held; no-op if already queued). */
+void dfi_disp_enqueue(struct dfi_disp *d, struct dfi_evq *q);
+/* Take q off the run queue and wait until no dispatcher thread holds it
+ * (EVD lock not held).  After it, d never touches q again unless q is
+ * enqueued anew - which a FREEING EVD never is. */
+void dfi_disp_forget(struct dfi_disp *d, struct dfi_evq *q);
+
+/* dat_evd_modify_upcall / kcreate: policy is a DAT_UPCALL_POLICY; obj NULL
+ * keeps the current object (DAT_UPCALL_SAME); npending (may be NULL) gets
+ * the number of events queued when the arm took effect.  TEARDOWN returns
+ * once no upcall of q runs, DAT_INVALID_STATE from inside q's own upcall. */
+DAT_RETURN dfi_evq_set_upcall(struct dfi_evq *q, struct dfi_disp *d, int policy,
+			      const DAT_UPCALL_OBJECT *obj, int flag, DAT_COUNT *npending);
+void dfi_evq_get_upcall(struct dfi_evq *q, int *policy, DAT_UPCALL_OBJECT *obj, int *flag);
+/* One dispatcher turn on q: up to budget upcalls.  Called by dispatcher
+ * threads only, with a claim on q (dfi_disp). */
+void dfi_evq_dispatch(struct dfi_evq *q, int budget);
+/* The EVD whose upcall this thread is running, or NULL. */
+struct dfi_evq *dfi_upcall_current(void);
 
 /* ------------------------------------------------------------------ CNO */
 

@@ -32,6 +32,13 @@ const struct dfi_param dfi_params[DFI_P_COUNT] = {
 		"(dtest -W) at once instead of after a scheduler slice (about 4 ms "
 		"on 2 cores).  The thread sleeps in epoll between events.  0: "
 		"normal scheduling." },
+	[DFI_P_UPCALL_THREADS] = { "DAPL_OFI_UPCALL_THREADS", DFI_PARAM_INT, "2",
+		"Upcall dispatcher threads per IA (1-64), started with the first "
+		"EVD given an upcall policy.  More than one lets DAT_UPCALL_MANY "
+		"run upcalls of one EVD concurrently." },
+	[DFI_P_UPCALL_BUDGET] = { "DAPL_OFI_UPCALL_BUDGET", DFI_PARAM_INT, "16",
+		"Upcalls a dispatcher thread makes for one EVD before it serves the "
+		"next EVD with work (fairness between busy EVDs)." },
 };
 
 const char *dfi_param_str(enum dfi_param_id id)

@@ -22,6 +22,8 @@ enum dfi_param_id {
 	DFI_P_DBG_DEST,		/* legacy alias */
 	DFI_P_QUARANTINE,
 	DFI_P_PROGRESS_RT,
+	DFI_P_UPCALL_THREADS,
+	DFI_P_UPCALL_BUDGET,
 	DFI_P_COUNT
 };
 

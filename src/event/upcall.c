@@ -1,0 +1,134 @@
+/*
+ * The upcall dispatcher: a run queue of EVDs with upcalls to make and the
+ * threads that make them - the provider's "interrupt" context for kDAT
+ * upcall policies in user space.
+ *
+ * An EVD is queued at most once (up_queued); a thread pops it, holds a
+ * claim on it while it runs dfi_evq_dispatch() (at most `budget` upcalls, so
+ * one busy EVD cannot starve the others: it goes to the back of the queue),
+ * and drops the claim.  dfi_disp_forget() is how an EVD being freed makes
+ * sure no thread will touch it again.  Several threads make DAT_UPCALL_MANY
+ * real; SINGLE_INSTANCE exclusion is per EVD, in evd_core.c.
+ *
+ * Lock order: EVD lock -> dispatcher lock (enqueue runs under the EVD lock);
+ * a thread never holds the dispatcher lock while it takes an EVD lock.
+ */
+#include "event.h"
+#include "util/log.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void *disp_main(void *arg)
+{
+	struct dfi_disp *d = arg;
+
+	pthread_mutex_lock(&d->lock);
+	for (;;) {
+		struct dfi_evq *q;
+
+		while (!d->head && !d->stop)
+			pthread_cond_wait(&d->work, &d->lock);
+		if (!d->head)
+			break;		/* stop, and nothing left to run */
+		q = d->head;
+		d->head = q->up_next;
+		if (!d->head)
+			d->tail = NULL;
+		q->up_next = NULL;
+		q->up_queued = false;
+		q->up_claims++;
+		d->n_turns++;
+		pthread_mutex_unlock(&d->lock);
+
+		dfi_evq_dispatch(q, d->budget);
+
+		pthread_mutex_lock(&d->lock);
+		if (--q->up_claims == 0)
+			pthread_cond_broadcast(&d->released);
+	}
+	pthread_mutex_unlock(&d->lock);
+	return NULL;
+}
+
+int dfi_disp_start(struct dfi_disp *d, int nthreads, int budget)
+{
+	memset(d, 0, sizeof(*d));
+	if (nthreads < 1 || budget < 1)
+		return -EINVAL;
+	pthread_mutex_init(&d->lock, NULL);
+	pthread_cond_init(&d->work, NULL);
+	pthread_cond_init(&d->released, NULL);
+	d->budget = budget;
+	d->threads = calloc((size_t)nthreads, sizeof(pthread_t));
+	if (!d->threads)
+		return -ENOMEM;
+	for (int i = 0; i < nthreads; i++) {
+		int rc = pthread_create(&d->threads[i], NULL, disp_main, d);
+
+		if (rc) {
+			dfi_err(DFI_SS_EVD, "upcall dispatcher: thread %d of %d: %s", i + 1,
+				nthreads, strerror(rc));
+			dfi_disp_stop(d);
+			return -rc;
+		}
+		d->nthreads++;
+	}
+	dfi_dbg(DFI_SS_EVD, "upcall dispatcher %p: %d threads, budget %d", (void *)d,
+		nthreads, budget);
+	return 0;
+}
+
+void dfi_disp_stop(struct dfi_disp *d)
+{
+	pthread_mutex_lock(&d->lock);
+	d->stop = true;
+	pthread_cond_broadcast(&d->work);
+	pthread_mutex_unlock(&d->lock);
+	for (int i = 0; i < d->nthreads; i++)
+		pthread_join(d->threads[i], NULL);
+	free(d->threads);
+	d->threads = NULL;
+	d->nthreads = 0;
+	pthread_cond_destroy(&d->work);
+	pthread_cond_destroy(&d->released);
+	pthread_mutex_destroy(&d->lock);
+}
+
+void dfi_disp_enqueue(struct dfi_disp *d, struct dfi_evq *q)
+{
+	pthread_mutex_lock(&d->lock);
+	if (!q->up_queued) {
+		q->up_queued = true;
+		q->up_next = NULL;
+		if (d->tail)
+			d->tail->up_next = q;
+		else
+			d->head = q;
+		d->tail = q;
+		pthread_cond_signal(&d->work);
+	}
+	pthread_mutex_unlock(&d->lock);
+}
+
+void dfi_disp_forget(struct dfi_disp *d, struct dfi_evq *q)
+{
+	pthread_mutex_lock(&d->lock);
+	if (q->up_queued) {
+		struct dfi_evq **pp = &d->head, *prev = NULL;
+
+		while (*pp != q) {
+			prev = *pp;
+			pp = &(*pp)->up_next;
+		}
+		*pp = q->up_next;
+		if (d->tail == q)
+			d->tail = prev;
+		q->up_next = NULL;
+		q->up_queued = false;
+	}
+	while (q->up_claims > 0)
+		pthread_cond_wait(&d->released, &d->lock);
+	pthread_mutex_unlock(&d->lock);
+}
