@@ -10,7 +10,7 @@ die() { echo "$*" >&2; echo "0 passed, 1 failed"; exit 1; }
 step "build (gcc)";          make -s -j"$jobs" all tests >/dev/null || die "gcc build failed"
 step "build (clang)";        make -s -j"$jobs" CC=clang B=build/clang all tests >/dev/null || die "clang build failed"
 step "build (ASan+UBSan)";   make -s -j"$jobs" B=build/asan SAN=asan all tests >/dev/null || die "ASan build failed"
-step "build (TSan)";         make -s -j"$jobs" B=build/tsan SAN=tsan tests >/dev/null || die "TSan build failed"
+step "build (TSan)";         make -s -j"$jobs" B=build/tsan SAN=tsan all tests >/dev/null || die "TSan build failed"
 
 # The stock programs listen on fixed ports inside the kernel's ephemeral
 # range (dtest/dtestcm/dtestsrq 45248; dapltest's limit test PSPs and RSPs
@@ -34,7 +34,7 @@ tally() {
 out=$(mktemp)
 step "tests (gcc)";          tests/run.sh plain build all | tee "$out"; tally "$out"
 step "tests (ASan+UBSan)";   tests/run.sh asan build/asan all | tee "$out"; tally "$out"
-step "tests (TSan, event core)"; tests/run.sh tsan build/tsan unit | tee "$out"; tally "$out"
+step "tests (TSan: event core, upcall stress)"; tests/run.sh tsan build/tsan unit | tee "$out"; tally "$out"
 step "stock programs under valgrind"; tests/run.sh valgrind build stock | tee "$out"; tally "$out"
 rm -f "$out"
 echo "$total_pass passed, $total_fail failed, $total_skip skipped"

@@ -69,6 +69,21 @@ void dfi_dto_put(struct dfi_dto_pool *p, int i)
 	pthread_mutex_unlock(&p->lock);
 }
 
+/* A completion read from the CQ: the descriptor returns to the free list
+ * and, when the completion is reported, its credit moves from outstanding
+ * to undequeued in the same critical section.  Done in two, a dfi_dto_get
+ * in between sees the descriptor counted twice and refuses a legal post. */
+static void dto_complete(struct dfi_dto_pool *p, int i, bool reported)
+{
+	pthread_mutex_lock(&p->lock);
+	if (reported)
+		p->undequeued++;
+	p->d[i].next = p->free_head;
+	p->free_head = i;
+	p->outstanding--;
+	pthread_mutex_unlock(&p->lock);
+}
+
 /* A freed EP's pool with completions still in a CQ stays until IA close,
  * so a late completion never points into freed memory. */
 void dfi_dto_pool_release(struct dfi_ia *ia, struct dfi_dto_pool *p)
@@ -144,19 +159,17 @@ static int cq_read(void *ctx, DAT_EVENT *ev, int max)
 			return out ? out : n;
 		for (int i = 0; i < n; i++) {
 			struct dfi_dto *d = c[i].ctx;
+			bool report;
 
 			if (!d)
 				continue;
 			/* a suppressed success frees its slot silently; an
 			 * error is always reported, and its slot stays taken
 			 * until the consumer reaps the event (cq_consumed) */
-			if (!d->suppress || c[i].err) {
+			report = !d->suppress || c[i].err;
+			if (report)
 				dto_event(d, &c[i], &ev[out++]);
-				pthread_mutex_lock(&d->pool->lock);
-				d->pool->undequeued++;
-				pthread_mutex_unlock(&d->pool->lock);
-			}
-			dfi_dto_put(d->pool, (int)(d - d->pool->d));
+			dto_complete(d->pool, (int)(d - d->pool->d), report);
 		}
 		if (n < want)
 			break;

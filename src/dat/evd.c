@@ -243,6 +243,10 @@ DAT_RETURN dfi_evd_free(DAT_EVD_HANDLE h)
 	DAT_RETURN rc;
 
 	EVD_OR_REJECT(evd, h);
+	if (dfi_upcall_current() == &evd->q)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_STATE, DAT_INVALID_STATE_EVD_IN_USE),
+				  "EVD %p: dat_evd_free from inside its own upcall would wait "
+				  "for itself", (void *)evd);
 	rc = dfi_evq_free_begin(&evd->q);
 	if (rc != DAT_SUCCESS) {
 		dfi_reject(DFI_SS_API, "EVD %p: free refused: %s", (void *)evd,
@@ -328,10 +332,11 @@ static DAT_RETURN evd_kcreate(DAT_IA_HANDLE h, va_list args)
 	if (!dfi_obj_get(h, DFI_T_IA))
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_IA),
 				  "dat_evd_kcreate: %p is not an IA handle", (void *)h);
-	if (policy == DAT_UPCALL_TEARDOWN)
+	if (policy != DAT_UPCALL_DISABLE && policy != DAT_UPCALL_SINGLE_INSTANCE &&
+	    policy != DAT_UPCALL_NOTIFY && policy != DAT_UPCALL_MANY)
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3),
-				  "dat_evd_kcreate: DAT_UPCALL_TEARDOWN is not a policy to "
-				  "create an EVD with");
+				  "dat_evd_kcreate: policy %d is not one to create an EVD with "
+				  "(DISABLE, SINGLE_INSTANCE, NOTIFY or MANY)", policy);
 	if (policy != DAT_UPCALL_DISABLE && (!obj || !obj->upcall_func))
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG4),
 				  "dat_evd_kcreate: policy %d needs an upcall object with a "
@@ -340,6 +345,8 @@ static DAT_RETURN evd_kcreate(DAT_IA_HANDLE h, va_list args)
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG6),
 				  "dat_evd_kcreate: EVD handle pointer is NULL");
 	rc = dfi_evd_create(h, qlen, DAT_HANDLE_NULL, flags, &evh);
+	if (rc == DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG4))
+		return DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG5);	/* evd_flags */
 	if (rc != DAT_SUCCESS)
 		return rc;
 	/* The policy is in force before the handle is returned, so before
