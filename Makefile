@@ -51,7 +51,7 @@ INTEG_SRCS := $(wildcard tests/integ/test_*.c)
 INTEG_BINS := $(patsubst tests/integ/%.c,$(B)/tests/%,$(INTEG_SRCS))
 DATCONF   := $(B)/dat.conf
 
-.PHONY: all lib tools tests check demo install uninstall clean deps help
+.PHONY: all lib tools tests check demo install uninstall clean deps help model
 .DEFAULT_GOAL := all
 
 all: lib tools $(DATCONF) $(B)/dapl-ofi.pc
@@ -114,6 +114,9 @@ deps:
 check: deps
 	@scripts/check.sh
 
+# The Promela model of the upcall protocol, every configuration (model/README.md).
+model: ; @model/check.sh
+
 demo: deps
 	@$(MAKE) --no-print-directory all
 	@DAT_OVERRIDE=$(abspath $(DATCONF)) $(B)/daplofi-demo -P ofi-lo
@@ -149,6 +152,7 @@ help:
 	@echo "make            build $(SONAME), tools and $(DATCONF) in $(B)/"
 	@echo "make check      install missing packages, build (gcc, clang, ASan+UBSan, TSan), run every test"
 	@echo "make demo       install missing packages, build, run the demo through the stock registry"
+	@echo "make model      check the Promela model of the upcall protocol with spin"
 	@echo "make install    PREFIX=$(PREFIX) DESTDIR=..."
 	@echo "make clean"
 

@@ -35,6 +35,7 @@ out=$(mktemp)
 step "tests (gcc)";          tests/run.sh plain build all | tee "$out"; tally "$out"
 step "tests (ASan+UBSan)";   tests/run.sh asan build/asan all | tee "$out"; tally "$out"
 step "tests (TSan: event core, upcall stress)"; tests/run.sh tsan build/tsan unit | tee "$out"; tally "$out"
+step "protocol model (spin)"; model/check.sh -j "$jobs" | tee "$out"; tally "$out"
 step "stock programs under valgrind"; tests/run.sh valgrind build stock | tee "$out"; tally "$out"
 rm -f "$out"
 echo "$total_pass passed, $total_fail failed, $total_skip skipped"

@@ -12,8 +12,9 @@
  *   dat_evd_arm_upcall(evd, policy, &upcall | DAT_UPCALL_SAME, flag, &npending)
  *   dat_evd_query_upcall(evd, &policy, &upcall, &flag)
  *
- * Upcalls run in dapl-ofi's progress ("interrupt") threads, never in a
- * thread of the consumer, and with no provider lock held: an upcall may
+ * Upcalls run in dapl-ofi's upcall dispatcher threads (the provider's
+ * "interrupt" context: DAPL_OFI_UPCALL_THREADS per IA), never inline in a
+ * call of the consumer, and with no provider lock held: an upcall may
  * dequeue, post, re-arm or change the policy of its own EVD.
  *
  * Edge rule (DAT_UPCALL_INVOC_NEW, as IBTA Request Completion Notification):
@@ -88,7 +89,8 @@ static inline DAT_RETURN dat_evd_kcreate(DAT_IA_HANDLE ia, DAT_COUNT evd_min_qle
 }
 
 /* Change the policy (and the upcall object, unless DAT_UPCALL_SAME).
- * DISABLE: no upcall starts after the return.  TEARDOWN: also waits for the
+ * DISABLE: no upcall passes the policy check after the return (one that had
+ * passed it may still be entering or running).  TEARDOWN: also waits for the
  * upcalls in flight; from inside this EVD's own upcall it fails with
  * DAT_INVALID_STATE instead of deadlocking. */
 static inline DAT_RETURN dat_evd_modify_upcall(DAT_EVD_HANDLE evd, DAT_UPCALL_POLICY policy,

@@ -367,6 +367,10 @@ DAT_RETURN dfi_evq_dequeue(struct dfi_evq *q, DAT_EVENT *ev)
 	}
 	if (q->count > 0) {
 		ring_pop(q, ev);
+		/* The last one out arms too: a consumer that dequeues *npending
+		 * events and stops relies on notification from here on. */
+		if (q->count == 0 && q->src && up_active(q))
+			arm_source(q);
 		up_kick(q);	/* what this fill brought beyond ev is new too */
 		rc = DAT_SUCCESS;
 	} else if (q->dead) {
@@ -744,6 +748,10 @@ void dfi_evq_abort(struct dfi_evq *q)
 
 /* ---------------------------------------------------------------- upcalls */
 
+/* The arm / trigger / dispatch / teardown protocol below (with up_kick,
+ * up_mark, arm_source and the dequeue's "last one out arms") is modelled in
+ * model/upcall.pml under the same names; model/README.md has the table. */
+
 static __thread struct dfi_evq *up_current;
 
 struct dfi_evq *dfi_upcall_current(void)
@@ -899,8 +907,10 @@ void dfi_evq_dispatch(struct dfi_evq *q, int budget)
 	if (up_active(q)) {
 		if (q->up_fire)
 			up_kick(q);	/* budget spent: back of the queue, others go first */
-		else if (q->count == 0)
+		else if (q->count == 0) {
 			arm_source(q);	/* the next completion must raise an arrival */
+			up_kick(q);	/* what arm_source read on the way is one */
+		}
 	}
 	pthread_mutex_unlock(&q->lock);
 }

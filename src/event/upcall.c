@@ -12,6 +12,8 @@
  *
  * Lock order: EVD lock -> dispatcher lock (enqueue runs under the EVD lock);
  * a thread never holds the dispatcher lock while it takes an EVD lock.
+ *
+ * Modelled in model/upcall.pml (same names; the table is model/README.md).
  */
 #include "event.h"
 #include "util/log.h"

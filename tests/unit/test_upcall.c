@@ -41,6 +41,7 @@ struct rec {
 	/* what an upcall did to its own EVD */
 	void (*hook)(struct rec *r, const DAT_EVENT *ev);
 	DAT_RETURN hook_rc[4];
+	void *hook_rc_ptr;		/* the hook's own argument */
 };
 
 static struct rec *rec_new(struct dfi_evq *q)
@@ -910,6 +911,84 @@ static void test_budget_fairness(void **state)
 	rec_free(rb);
 }
 
+/* Found by the model (model/upcall.pml), three ways to leave the source
+ * unarmed with a completion that then never raises an upcall:
+ *   1. the dispatcher's last look (arm_source at the end of a turn) reads a
+ *      completion that landed during the upcall, and nobody kicks it;
+ *   2. the same, reached with a one-slot ring that was full when the
+ *      progress context looked;
+ *   3. a consumer of dat_evd_arm_upcall dequeues exactly *npending events
+ *      and stops: the last one out must arm. */
+static void inject_during_upcall(struct rec *r, const DAT_EVENT *ev)
+{
+	struct fake_source *fs = (struct fake_source *)r->hook_rc_ptr;
+
+	if (ev && ev_seq(ev) == 1) {
+		DAT_EVENT c = ev_dto(100);
+
+		fake_source_inject(fs, &c);	/* the source is not armed now */
+	}
+}
+
+static void lost_wakeup_case(int which)
+{
+	struct dfi_disp *d = disp_new(2, 16);
+	struct dfi_evq *q = evq_new(which == 2 ? 1 : 16, FLAGS, NULL);
+	struct fake_source *fs = fake_source_new();
+	struct rec *r = rec_new(q);
+	struct tagged t = { r, 0, 0 };
+	struct fake_progress *p;
+	DAT_COUNT np = -1;
+	DAT_EVENT ev;
+
+	fake_source_attach(fs, q);
+	p = fake_progress_start(q, fs);
+	r->hook_rc_ptr = fs;
+	if (which == 1) {
+		r->hook = inject_during_upcall;
+		post(q, 1);
+		assert_int_equal(arm(q, d, &t, DAT_UPCALL_SINGLE_INSTANCE, DAT_UPCALL_INVOC_ANY,
+				     &np), DAT_SUCCESS);
+	} else if (which == 2) {
+		r->hook = inject_during_upcall;
+		assert_int_equal(arm(q, d, &t, DAT_UPCALL_SINGLE_INSTANCE, DAT_UPCALL_INVOC_NEW,
+				     &np), DAT_SUCCESS);
+		ev = ev_dto(1);
+		fake_source_inject(fs, &ev);
+	} else {
+		post(q, 1);
+		assert_int_equal(arm(q, d, &t, DAT_UPCALL_SINGLE_INSTANCE, DAT_UPCALL_INVOC_NEW,
+				     &np), DAT_SUCCESS);
+		assert_int_equal(np, 1);
+		ev = ev_dto(100);
+		fake_source_inject(fs, &ev);	/* new, after the arm */
+		assert_int_equal(dfi_evq_dequeue(q, &ev), DAT_SUCCESS);	/* *npending of them */
+	}
+	WAIT_UNTIL(atomic_load(&r->seen[100]) == 1, 2000);
+	if (atomic_load(&r->seen[100]) != 1)
+		fail_msg("case %d: completion 100 was never delivered (lost wake-up): %zu left "
+			 "in the source, which is %sarmed", which, fake_source_pending(fs),
+			 fake_source_armed(fs) ? "" : "not ");
+	fake_progress_stop(p);
+	evq_free(q);
+	fake_source_free(fs);
+	disp_free(d);
+	rec_free(r);
+}
+
+static void test_model_dispatch_tail_kicks(void **state)
+{
+	(void)state;
+	lost_wakeup_case(1);
+	lost_wakeup_case(2);
+}
+
+static void test_model_last_dequeue_arms(void **state)
+{
+	(void)state;
+	lost_wakeup_case(3);
+}
+
 /* ------------------------------------------------------------ stress */
 
 static void test_stress_policy_flips(void **state)
@@ -1051,6 +1130,8 @@ int main(void)
 		evtest(test_bad_arguments),
 		evtest(test_policy_preempts_cno),
 		evtest(test_budget_fairness),
+		evtest(test_model_dispatch_tail_kicks),
+		evtest(test_model_last_dequeue_arms),
 		evtest(test_stress_policy_flips),
 	};
 
