@@ -190,7 +190,7 @@ static void fill_provider_attr(struct dfi_ia *ia, DAT_PROVIDER_ATTR *a)
 			DAT_COMPLETION_SUPPRESS_FLAG | DAT_COMPLETION_UNSIGNALLED_FLAG |
 			DAT_COMPLETION_SOLICITED_WAIT_FLAG | DAT_COMPLETION_EVD_THRESHOLD_FLAG,
 		.is_thread_safe = DAT_FALSE,	/* the registry's lookup key (dat.conf) */
-		.max_private_data_size = 192,
+		.max_private_data_size = DFI_PDATA_MAX,	/* FI_OPT_CM_DATA_SIZE of tcp, net, sockets */
 		.supports_multipath = DAT_FALSE,
 		.ep_creator = DAT_PSP_CREATES_EP_NEVER,
 		.pz_support = DAT_PZ_UNIQUE,

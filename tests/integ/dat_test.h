@@ -95,12 +95,18 @@ const char *__asan_default_options(void)
 }
 
 /* Without DAT_OVERRIDE, use the dat.conf of the build tree the program
- * lives in (build/tests/../dat.conf). */
+ * lives in (build/tests/../dat.conf).  libdat2 reads DAT_OVERRIDE in its
+ * load-time constructor, before main(): setting it is not enough, so the
+ * program re-executes itself once with it set (same arguments, from
+ * /proc/self/cmdline).  Call it first thing in main(). */
 static inline void default_dat_override(void)
 {
-	char self[PATH_MAX], conf[PATH_MAX + 16];
+	char self[PATH_MAX], conf[PATH_MAX + 16], args[8192], *argv[64];
 	ssize_t n;
 	char *slash;
+	FILE *f;
+	size_t len;
+	int argc = 0;
 
 	if (getenv("DAT_OVERRIDE"))
 		return;
@@ -108,13 +114,24 @@ static inline void default_dat_override(void)
 	if (n <= 0)
 		return;
 	self[n] = '\0';
-	slash = strrchr(self, '/');
+	snprintf(conf, sizeof(conf), "%s", self);
+	slash = strrchr(conf, '/');
 	if (!slash)
 		return;
-	*slash = '\0';
-	snprintf(conf, sizeof(conf), "%s/../dat.conf", self);
-	if (access(conf, R_OK) == 0)
-		setenv("DAT_OVERRIDE", conf, 1);
+	snprintf(slash, sizeof(conf) - (size_t)(slash - conf), "/../dat.conf");
+	if (access(conf, R_OK) != 0)
+		return;
+	f = fopen("/proc/self/cmdline", "r");
+	if (!f)
+		return;
+	len = fread(args, 1, sizeof(args) - 1, f);
+	fclose(f);
+	args[len] = '\0';
+	for (size_t i = 0; i < len && argc < 63; i += strlen(args + i) + 1)
+		argv[argc++] = args + i;
+	argv[argc] = NULL;
+	setenv("DAT_OVERRIDE", conf, 1);
+	execv(self, argv);	/* returns only on failure: go on without */
 }
 
 #endif

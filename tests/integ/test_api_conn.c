@@ -165,6 +165,7 @@ struct pair {
 	struct side s, c;
 	DAT_PSP_HANDLE psp;
 	DAT_CONN_QUAL port;
+	uint8_t *spare;			/* a test's own buffer, freed after the IAs */
 };
 
 static DAT_EP_ATTR ep_attr(DAT_COUNT req_dtos, DAT_COUNT recv_dtos)
@@ -311,6 +312,7 @@ static int pair_teardown(void **state)
 	watchdog("pair_teardown (dat_ia_close ABRUPT of both IAs)", 30);
 	rc1 = side_close(&p->c);
 	rc2 = side_close(&p->s);
+	free(p->spare);		/* after the IA close freed its LMRs */
 	free(p);
 	alarm(0);
 	if (rc1 != DAT_SUCCESS || rc2 != DAT_SUCCESS) {
@@ -773,6 +775,20 @@ static bool lands_within(const uint8_t *dst, const uint8_t *src, size_t len, uns
 	if (__tsan_ignore_thread_end)
 		__tsan_ignore_thread_end();
 	return same;
+}
+
+/* The same switch around the other reads and writes of memory an RDMA
+ * write is landing in, with nothing but the data itself to order them. */
+static void tsan_off(void)
+{
+	if (__tsan_ignore_thread_begin)
+		__tsan_ignore_thread_begin();
+}
+
+static void tsan_on(void)
+{
+	if (__tsan_ignore_thread_end)
+		__tsan_ignore_thread_end();
 }
 
 /* RDMA write (3 local segments) and read (2 local segments) with the peer's
@@ -1725,6 +1741,890 @@ static void test_rmr_bind_emulated(void **state)
 	alarm(0);
 }
 
+/* ====================================== 9. RDMA outside the peer's region */
+
+/* The target region of these tests is a sub-range of a bigger buffer of
+ * the server: SUB_GUARD canary bytes, SUB_LEN registered bytes, SUB_GUARD
+ * canary bytes.  No remote access may ever change a canary. */
+#define SUB_GUARD	4096u
+#define SUB_LEN		8192u
+#define CANARY		0xc5u
+#define SUB_SEED	77u
+
+struct subreg {
+	uint8_t *mem;		/* the whole buffer (p->spare) */
+	uint8_t *reg;		/* mem + SUB_GUARD: the registered bytes */
+	DAT_LMR_HANDLE lmr;
+	DAT_RMR_CONTEXT rctx;
+	DAT_VADDR addr;		/* registered address of reg */
+};
+
+static void subreg_open(struct pair *p, struct subreg *r)
+{
+	DAT_REGION_DESCRIPTION region;
+	DAT_LMR_CONTEXT lctx;
+	DAT_VLEN reg_len = 0;
+
+	memset(r, 0, sizeof(*r));
+	p->spare = aligned_alloc(4096, 2 * SUB_GUARD + SUB_LEN);
+	assert_non_null(p->spare);
+	r->mem = p->spare;
+	r->reg = r->mem + SUB_GUARD;
+	memset(r->mem, CANARY, 2 * SUB_GUARD + SUB_LEN);
+	fill(r->reg, SUB_LEN, SUB_SEED);
+	memset(&region, 0, sizeof(region));
+	region.for_va = r->reg;
+	assert_ok(dat_lmr_create(p->s.ia, DAT_MEM_TYPE_VIRTUAL, region, SUB_LEN, p->s.pz,
+				 DAT_MEM_PRIV_ALL_FLAG, DAT_VA_TYPE_VA, &r->lmr, &lctx, &r->rctx,
+				 &reg_len, &r->addr));
+	assert_int_equal(reg_len, SUB_LEN);
+	assert_int_equal(r->addr, (DAT_VADDR)(uintptr_t)r->reg);
+}
+
+/* The canaries on both sides of the region are intact. */
+static void check_canaries(const struct subreg *r, const char *what, const char *file, int line)
+{
+	for (size_t i = 0; i < SUB_GUARD; i++) {
+		const uint8_t *before = r->mem + i, *after = r->reg + SUB_LEN + i;
+
+		if (*before != CANARY || *after != CANARY) {
+			print_error("%s: the byte %zu %s the server's registered region holds 0x%02x, "
+				    "expected the canary 0x%02x: a remote access wrote outside the "
+				    "region it was allowed to\n", what,
+				    *after != CANARY ? i : SUB_GUARD - i,
+				    *after != CANARY ? "past the end of" : "before",
+				    *after != CANARY ? *after : *before, CANARY);
+			_fail(file, line);
+		}
+	}
+}
+
+#define expect_canaries(r, what) check_canaries(r, what, __FILE__, __LINE__)
+
+/* The registered bytes still hold what subreg_open put there. */
+static void expect_region_unchanged(const struct subreg *r, const char *what)
+{
+	uint8_t *want = malloc(SUB_LEN);
+
+	assert_non_null(want);
+	fill(want, SUB_LEN, SUB_SEED);
+	for (size_t i = 0; i < SUB_LEN; i++)
+		if (r->reg[i] != want[i]) {
+			uint8_t got = r->reg[i], exp = want[i];
+
+			free(want);
+			fail_msg("%s: byte %zu of the server's registered region changed (0x%02x, "
+				 "expected 0x%02x)", what, i, got, exp);
+		}
+	free(want);
+}
+
+/* What both ends saw after a DTO that the peer must refuse. */
+struct fault_seen {
+	bool c_done, s_done;
+	bool c_dto;			/* the DTO's own completion came back */
+	DAT_DTO_COMPLETION_STATUS c_status;
+	DAT_EVENT_NUMBER c_conn, s_conn;	/* 0: none */
+	char c_seen[256], s_seen[256];
+};
+
+static void seen_add(char *buf, size_t len, const char *what, const char *detail)
+{
+	size_t n = strlen(buf);
+
+	snprintf(buf + n, len - n, " %s%s%s", what, detail ? ":" : "", detail ? detail : "");
+}
+
+/* Poll both sides (never blocking in the provider) until each has seen a
+ * DTO error or the end of the connection, or `ms` passed.  The client's
+ * DTO (cookie, op) is checked when it comes back; any other completion on
+ * either side must be an error or a flush. */
+static void await_fault(struct pair *p, uint64_t cookie, DAT_DTOS op, unsigned ms,
+			struct fault_seen *f)
+{
+	uint64_t t0 = now_ns();
+
+	memset(f, 0, sizeof(*f));
+	while ((!f->c_done || !f->s_done) && ms_since(t0) < ms) {
+		DAT_EVENT ev;
+		const DAT_DTO_COMPLETION_EVENT_DATA *d = &ev.event_data.dto_completion_event_data;
+		DAT_EVD_HANDLE evds[6] = { p->c.req, p->c.rcv, p->c.conn, p->s.req, p->s.rcv,
+					   p->s.conn };
+		bool moved = false;
+
+		for (int i = 0; i < 6; i++) {
+			bool client = i < 3;
+			char *seen = client ? f->c_seen : f->s_seen;
+			bool *done = client ? &f->c_done : &f->s_done;
+
+			if (dat_evd_dequeue(evds[i], &ev) != DAT_SUCCESS)
+				continue;
+			moved = true;
+			if (ev.event_number != DAT_DTO_COMPLETION_EVENT) {
+				seen_add(seen, sizeof(f->c_seen), ev_name(ev.event_number), NULL);
+				if (is_conn_end(ev.event_number)) {
+					*done = true;
+					if (client)
+						f->c_conn = ev.event_number;
+					else
+						f->s_conn = ev.event_number;
+				}
+				continue;
+			}
+			seen_add(seen, sizeof(f->c_seen), d->operation == DAT_DTO_RECEIVE ? "recv" :
+				 d->operation == DAT_DTO_SEND ? "send" :
+				 d->operation == DAT_DTO_RDMA_READ ? "read" : "write",
+				 status_name(d->status));
+			if (i == 0 && d->user_cookie.as_64 == cookie) {
+				if (d->operation != op)
+					fail_msg("the refused DTO (cookie 0x%llx) came back as operation %d, "
+						 "expected %d", (unsigned long long)cookie,
+						 (int)d->operation, (int)op);
+				f->c_dto = true;
+				f->c_status = d->status;
+			} else if (d->status == DAT_DTO_SUCCESS) {
+				fail_msg("%s: an unexpected successful completion (op %d, cookie 0x%llx) "
+					 "after a refused DTO", client ? "client" : "server",
+					 (int)d->operation, (unsigned long long)d->user_cookie.as_64);
+			}
+			if (d->status != DAT_DTO_SUCCESS)
+				*done = true;
+		}
+		if (!moved)
+			sleep_ms(2);
+	}
+}
+
+/* Both ends learnt, within `ms`, that the DTO failed; the DTO itself did
+ * not report success. */
+static void check_fault(struct pair *p, uint64_t cookie, DAT_DTOS op, unsigned ms,
+			const char *what, const char *file, int line)
+{
+	struct fault_seen f;
+	uint64_t t0 = now_ns();
+
+	await_fault(p, cookie, op, ms, &f);
+	print_message("# %s: after %u ms the client saw [%s ], the server saw [%s ]\n", what,
+		      ms_since(t0), f.c_seen, f.s_seen);
+	if (!f.c_done || !f.s_done) {
+		print_error("%s: within %u ms the %s%s%s saw neither a DTO error nor a BROKEN or "
+			    "DISCONNECTED connection event (client saw [%s ], server saw [%s ])\n",
+			    what, ms, !f.c_done ? "client" : "", !f.c_done && !f.s_done ? " and the " : "",
+			    !f.s_done ? "server" : "", f.c_seen, f.s_seen);
+		_fail(file, line);
+	}
+	/* An RDMA write may complete before the target has checked it (iWARP,
+	 * libfabric tcp: the data is on the wire), then the connection breaks;
+	 * a read cannot complete without the data. */
+	if (f.c_dto && f.c_status == DAT_DTO_SUCCESS) {
+		if (op != DAT_DTO_RDMA_WRITE || !f.c_conn) {
+			print_error("%s: the DTO completed with DAT_DTO_SUCCESS although the peer refused "
+				    "it%s (client saw [%s ], server saw [%s ])\n", what,
+				    op == DAT_DTO_RDMA_WRITE ? ", and the connection did not end" : "",
+				    f.c_seen, f.s_seen);
+			_fail(file, line);
+		}
+		print_message("# note: %s: the write completed with DAT_DTO_SUCCESS (the data had "
+			      "left), then the connection ended (%s)\n", what, ev_name(f.c_conn));
+	}
+	if (f.c_conn && ep_state(p->c.ep) != DAT_EP_STATE_DISCONNECTED) {
+		print_error("%s: the client got %s but its EP is in state %d, expected "
+			    "DAT_EP_STATE_DISCONNECTED\n", what, ev_name(f.c_conn), (int)ep_state(p->c.ep));
+		_fail(file, line);
+	}
+	if (f.s_conn && ep_state(p->s.ep) != DAT_EP_STATE_DISCONNECTED) {
+		print_error("%s: the server got %s but its EP is in state %d, expected "
+			    "DAT_EP_STATE_DISCONNECTED\n", what, ev_name(f.s_conn), (int)ep_state(p->s.ep));
+		_fail(file, line);
+	}
+}
+
+#define expect_fault(p, cookie, op, ms, what) \
+	check_fault(p, cookie, op, ms, what, __FILE__, __LINE__)
+
+/* After a broken connection: let the stragglers (flushes) arrive, drop
+ * them, reset both EPs and connect again. */
+static void reconnect(struct pair *p)
+{
+	DAT_EVD_HANDLE evds[6] = { p->c.req, p->c.rcv, p->c.conn, p->s.req, p->s.rcv, p->s.conn };
+	DAT_EVENT ev;
+
+	sleep_ms(100);
+	for (int i = 0; i < 6; i++)
+		while (dat_evd_dequeue(evds[i], &ev) == DAT_SUCCESS)
+			;
+	if (ep_state(p->c.ep) != DAT_EP_STATE_DISCONNECTED ||
+	    ep_state(p->s.ep) != DAT_EP_STATE_DISCONNECTED)
+		fail_msg("before the reconnect: EP states client %d, server %d, expected both "
+			 "DAT_EP_STATE_DISCONNECTED", (int)ep_state(p->c.ep), (int)ep_state(p->s.ep));
+	assert_ok(dat_ep_reset(p->c.ep));
+	assert_ok(dat_ep_reset(p->s.ep));
+	establish(p);
+}
+
+/* The client writes into the server's region through its valid
+ * rmr_context: all of it (lands exactly), then 4096 bytes starting 512
+ * bytes before its end, then 1024 bytes just past its end.  Each of the
+ * two bad writes ends the connection or fails at both ends within 5 s,
+ * and never changes a byte outside the region. */
+static void test_rdma_write_out_of_range(void **state)
+{
+	struct pair *p = *state;
+	struct subreg r;
+	DAT_LMR_TRIPLET t;
+	DAT_RMR_TRIPLET rt;
+
+	watchdog(__func__, 60);
+	subreg_open(p, &r);
+	establish(p);
+	for (int i = 0; i < 4; i++)	/* something for a break to flush */
+		assert_ok(post_recv1(&p->s, 64 * (size_t)i, 64, 0x40 + (uint64_t)i));
+
+	/* in range: the sub-range registration works, the canaries hold */
+	fill(p->c.buf, SUB_LEN, 12);
+	t = seg(&p->c, 0, SUB_LEN);
+	rt.rmr_context = r.rctx;
+	rt.virtual_address = r.addr;
+	rt.segment_length = SUB_LEN;
+	assert_ok(dat_ep_post_rdma_write(p->c.ep, 1, &t, ck(0x600), &rt,
+					 DAT_COMPLETION_DEFAULT_FLAG));
+	expect_dto(p->c.req, p->c.ep, 0x600, DAT_DTO_RDMA_WRITE, DAT_DTO_SUCCESS, SUB_LEN, 2000,
+		   "client RDMA write of the whole region");
+	if (!lands_within(r.reg, p->c.buf, SUB_LEN, 2000))
+		fail_msg("an RDMA write of the whole %u-byte sub-range registration did not land",
+			 SUB_LEN);
+	expect_canaries(&r, "RDMA write of exactly the registered region");
+
+	/* straddling the end: 512 bytes in, 3584 past it */
+	fill(p->c.buf, 4096, 13);
+	t = seg(&p->c, 0, 4096);
+	rt.virtual_address = r.addr + SUB_LEN - 512;
+	rt.segment_length = 4096;
+	assert_ok(dat_ep_post_rdma_write(p->c.ep, 1, &t, ck(0x601), &rt,
+					 DAT_COMPLETION_DEFAULT_FLAG));
+	expect_fault(p, 0x601, DAT_DTO_RDMA_WRITE, 5000,
+		     "RDMA write of 4096 bytes from 512 bytes before the end of the region");
+	expect_canaries(&r, "RDMA write straddling the end of the region");
+	sleep_ms(50);		/* anything late would land now */
+	expect_canaries(&r, "RDMA write straddling the end of the region (50 ms later)");
+
+	/* wholly past the end */
+	reconnect(p);
+	fill(r.reg, SUB_LEN, SUB_SEED);	/* the in-range part may have been written */
+	rt.virtual_address = r.addr + SUB_LEN;
+	rt.segment_length = 1024;
+	t = seg(&p->c, 0, 1024);
+	assert_ok(dat_ep_post_rdma_write(p->c.ep, 1, &t, ck(0x602), &rt,
+					 DAT_COMPLETION_DEFAULT_FLAG));
+	expect_fault(p, 0x602, DAT_DTO_RDMA_WRITE, 5000,
+		     "RDMA write of 1024 bytes just past the end of the region");
+	sleep_ms(50);
+	expect_canaries(&r, "RDMA write past the end of the region");
+	expect_region_unchanged(&r, "RDMA write past the end of the region");
+	alarm(0);
+}
+
+/* The same with RDMA reads: the whole region reads back exactly; a read
+ * straddling its end and one past it fail at both ends within 5 s, bring
+ * no canary byte into the client's buffer, and change nothing at the
+ * server. */
+static void test_rdma_read_out_of_range(void **state)
+{
+	struct pair *p = *state;
+	struct subreg r;
+	DAT_LMR_TRIPLET t;
+	DAT_RMR_TRIPLET rt;
+
+	watchdog(__func__, 60);
+	subreg_open(p, &r);
+	establish(p);
+	for (int i = 0; i < 4; i++)
+		assert_ok(post_recv1(&p->s, 64 * (size_t)i, 64, 0x40 + (uint64_t)i));
+
+	memset(p->c.buf, 0, SUB_LEN + 4096);
+	t = seg(&p->c, 0, SUB_LEN);
+	rt.rmr_context = r.rctx;
+	rt.virtual_address = r.addr;
+	rt.segment_length = SUB_LEN;
+	assert_ok(dat_ep_post_rdma_read(p->c.ep, 1, &t, ck(0x700), &rt,
+					DAT_COMPLETION_DEFAULT_FLAG));
+	expect_dto(p->c.req, p->c.ep, 0x700, DAT_DTO_RDMA_READ, DAT_DTO_SUCCESS, SUB_LEN, 2000,
+		   "client RDMA read of the whole region");
+	if (memcmp(p->c.buf, r.reg, SUB_LEN) != 0)
+		fail_msg("an RDMA read of the whole %u-byte sub-range registration completed but the "
+			 "client does not hold the region's bytes", SUB_LEN);
+	assert_int_equal(p->c.buf[SUB_LEN], 0);
+
+	/* straddling the end */
+	memset(p->c.buf, 0, 4096);
+	t = seg(&p->c, 0, 4096);
+	rt.virtual_address = r.addr + SUB_LEN - 512;
+	rt.segment_length = 4096;
+	assert_ok(dat_ep_post_rdma_read(p->c.ep, 1, &t, ck(0x701), &rt,
+					DAT_COMPLETION_DEFAULT_FLAG));
+	expect_fault(p, 0x701, DAT_DTO_RDMA_READ, 5000,
+		     "RDMA read of 4096 bytes from 512 bytes before the end of the region");
+	sleep_ms(50);
+	for (size_t i = 512; i < 4096; i++)
+		if (p->c.buf[i] != 0)
+			fail_msg("RDMA read straddling the end of the region: byte %zu of the client's "
+				 "buffer (%zu past the region's end) became 0x%02x%s", i, i - 512,
+				 p->c.buf[i], p->c.buf[i] == CANARY ?
+				 ", the server's canary: memory outside the region was read" : "");
+	expect_canaries(&r, "RDMA read straddling the end of the region");
+	expect_region_unchanged(&r, "RDMA read straddling the end of the region");
+
+	/* wholly past the end */
+	reconnect(p);
+	memset(p->c.buf, 0, 4096);
+	t = seg(&p->c, 0, 1024);
+	rt.virtual_address = r.addr + SUB_LEN;
+	rt.segment_length = 1024;
+	assert_ok(dat_ep_post_rdma_read(p->c.ep, 1, &t, ck(0x702), &rt,
+					DAT_COMPLETION_DEFAULT_FLAG));
+	expect_fault(p, 0x702, DAT_DTO_RDMA_READ, 5000,
+		     "RDMA read of 1024 bytes just past the end of the region");
+	sleep_ms(50);
+	for (size_t i = 0; i < 1024; i++)
+		if (p->c.buf[i] != 0)
+			fail_msg("RDMA read past the end of the region: byte %zu of the client's buffer "
+				 "became 0x%02x%s", i, p->c.buf[i], p->c.buf[i] == CANARY ?
+				 ", the server's canary: memory outside the region was read" : "");
+	expect_canaries(&r, "RDMA read past the end of the region");
+	expect_region_unchanged(&r, "RDMA read past the end of the region");
+	alarm(0);
+}
+/* ============================== 10. a send that finds no posted receive */
+
+#define NR_MSG		16384u			/* backlog message size */
+#define NR_SLOTS	(BUF_LEN / NR_MSG)	/* 64 send / receive buffers */
+#define NR_MAX		1024u			/* at most 16 MiB of backlog */
+
+/* The client's message `seq` of the backlog, in slot seq % NR_SLOTS. */
+static void nr_fill(uint8_t *m, uint64_t seq)
+{
+	memcpy(m, &seq, sizeof(seq));
+	fill(m + sizeof(seq), NR_MSG - sizeof(seq), (unsigned)seq);
+}
+
+/* Post the server's receive `n` of the backlog; `pending` receives are
+ * posted and not dequeued, so the post must succeed. */
+static void nr_post_recv(struct pair *p, uint32_t n, uint32_t pending)
+{
+	DAT_RETURN rc = post_recv1(&p->s, (n % NR_SLOTS) * NR_MSG, NR_MSG, n % NR_SLOTS);
+	char b[160];
+
+	if (rc != DAT_SUCCESS)
+		fail_msg("posting receive %u of the backlog returned %s, with %u receives posted and "
+			 "not dequeued (max_recv_dtos %u): a receive counts against the queue until "
+			 "its completion is dequeued, never twice", n, rc_name(rc, b, sizeof(b)),
+			 pending, NR_SLOTS);
+}
+
+/* Nothing may happen at the server while no receive is posted, and the
+ * client gets no error: both EPs stay connected. */
+static void expect_quiet(struct pair *p, const char *when)
+{
+	DAT_EVENT ev;
+
+	if (dat_evd_dequeue(p->s.rcv, &ev) == DAT_SUCCESS)
+		fail_msg("%s: the server's receive EVD gave %s (status %s) with no receive posted",
+			 when, ev_name(ev.event_number),
+			 status_name(ev.event_data.dto_completion_event_data.status));
+	if (dat_evd_dequeue(p->s.conn, &ev) == DAT_SUCCESS)
+		fail_msg("%s: the server got %s", when, ev_name(ev.event_number));
+	if (dat_evd_dequeue(p->c.conn, &ev) == DAT_SUCCESS)
+		fail_msg("%s: the client got %s", when, ev_name(ev.event_number));
+	assert_int_equal(ep_state(p->c.ep), DAT_EP_STATE_CONNECTED);
+	assert_int_equal(ep_state(p->s.ep), DAT_EP_STATE_CONNECTED);
+}
+
+/* Over libfabric tcp a send that finds no posted receive is held by the
+ * transport (the target's buffers, then the sockets): the sender's
+ * completion is DAT_DTO_SUCCESS as soon as the data is handed over, and
+ * once those buffers are full further sends stay pending, without error,
+ * until the peer posts receives.  Neither side gets an error or a
+ * connection event, and a receive posted late gets the data intact and
+ * in order.  (An InfiniBand RC EP would retry on RNR NAKs, an iWARP one
+ * would break the connection; holding the data is the sane tcp choice.) */
+static void test_send_without_posted_recv(void **state)
+{
+	struct pair *p = *state;
+	uint32_t sent = 0, sdone = 0, received = 0, reposted = 0, done_early;
+	bool stalled = false;
+	uint64_t t0;
+	DAT_EVENT ev;
+	const DAT_DTO_COMPLETION_EVENT_DATA *d = &ev.event_data.dto_completion_event_data;
+	char b[160];
+	uint8_t *want;
+
+	watchdog(__func__, 90);
+	p->spare = want = malloc(NR_MSG);
+	assert_non_null(want);
+	establish(p);
+
+	/* 1. one small send: completes at the sender, nothing at the target */
+	fill(p->c.buf, 1000, 61);
+	assert_ok(post_send1(&p->c, 0, 1000, 0x800, DAT_COMPLETION_DEFAULT_FLAG));
+	expect_dto(p->c.req, p->c.ep, 0x800, DAT_DTO_SEND, DAT_DTO_SUCCESS, 1000, 2000,
+		   "a 1000-byte send with no receive posted at the peer (the transport holds it)");
+	sleep_ms(300);
+	expect_quiet(p, "300 ms after a send that found no receive");
+	memset(p->s.buf, 0xee, 2000);
+	assert_ok(post_recv1(&p->s, 0, 2000, 0x900));
+	expect_dto(p->s.rcv, p->s.ep, 0x900, DAT_DTO_RECEIVE, DAT_DTO_SUCCESS, 1000, 2000,
+		   "a receive posted 300 ms after the send arrived");
+	if (memcmp(p->s.buf, p->c.buf, 1000) != 0)
+		fail_msg("the receive posted late completed, but its 1000 bytes differ from the send's");
+	assert_int_equal(p->s.buf[1000], 0xee);
+
+	/* 2. a backlog of 16 KiB sends, reaped as they complete, until the
+	 *    transport stops taking more (no completion for 300 ms) */
+	t0 = now_ns();
+	while (sent < NR_MAX && !stalled) {
+		DAT_RETURN rc;
+
+		while (sent - sdone < NR_SLOTS && sent < NR_MAX) {
+			nr_fill(p->c.buf + (sent % NR_SLOTS) * NR_MSG, sent);
+			rc = post_send1(&p->c, (sent % NR_SLOTS) * NR_MSG, NR_MSG, sent,
+					DAT_COMPLETION_DEFAULT_FLAG);
+			if (rc != DAT_SUCCESS)
+				fail_msg("backlog: dat_ep_post_send #%u (%u outstanding) returned %s", sent,
+					 sent - sdone, rc_name(rc, b, sizeof(b)));
+			sent++;
+		}
+		rc = wait_ev(p->c.req, 300, &ev);
+		if (rc != DAT_SUCCESS) {
+			assert_err(rc, DAT_TIMEOUT_EXPIRED);
+			stalled = true;
+			break;
+		}
+		if (ev.event_number != DAT_DTO_COMPLETION_EVENT || d->status != DAT_DTO_SUCCESS ||
+		    d->user_cookie.as_64 != sdone || d->transfered_length != NR_MSG)
+			fail_msg("backlog, no receive posted: send completion #%u: %s, status %s, cookie "
+				 "%llu, length %u (expected DAT_DTO_SUCCESS, cookie %u, length %u: a send "
+				 "waits for a receive, it does not fail)", sdone, ev_name(ev.event_number),
+				 status_name(d->status), (unsigned long long)d->user_cookie.as_64,
+				 (unsigned)d->transfered_length, sdone, NR_MSG);
+		sdone++;
+		if (ms_since(t0) > 20000)
+			fail_msg("backlog: still taking sends after 20 s (%u sent)", sent);
+	}
+	done_early = sdone;
+	print_message("# no receive posted: %u sends of %u bytes completed (%u KiB held by the "
+		      "transport), %s\n", done_early, NR_MSG, done_early * (NR_MSG / 1024),
+		      stalled ? "then the sends stayed pending" : "and still no back-pressure");
+	expect_quiet(p, "a backlog of sends with no receive posted");
+	if (stalled) {		/* pending means pending: no error, no flush */
+		sleep_ms(200);
+		assert_rc(dat_evd_dequeue(p->c.req, &ev), DAT_QUEUE_EMPTY);
+		expect_quiet(p, "sends pending for want of a receive, 200 ms later");
+	}
+
+	/* 3. the server posts receives late: every message arrives, in order
+	 *    and intact, and every pending send completes */
+	memset(p->s.buf, 0, BUF_LEN);
+	for (uint32_t i = 0; i < NR_SLOTS; i++)
+		nr_post_recv(p, i, i);
+	reposted = NR_SLOTS;
+	t0 = now_ns();
+	while (received < sent || sdone < sent) {
+		bool moved = false;
+
+		while (dat_evd_dequeue(p->s.rcv, &ev) == DAT_SUCCESS) {
+			uint8_t *m = p->s.buf + (received % NR_SLOTS) * NR_MSG;
+			uint64_t seq;
+
+			moved = true;
+			if (ev.event_number != DAT_DTO_COMPLETION_EVENT || d->status != DAT_DTO_SUCCESS ||
+			    d->user_cookie.as_64 != received % NR_SLOTS || d->transfered_length != NR_MSG)
+				fail_msg("late receive #%u: %s, status %s, cookie %llu, length %u (expected "
+					 "SUCCESS, cookie %u, length %u)", received, ev_name(ev.event_number),
+					 status_name(d->status), (unsigned long long)d->user_cookie.as_64,
+					 (unsigned)d->transfered_length, received % NR_SLOTS, NR_MSG);
+			memcpy(&seq, m, sizeof(seq));
+			if (seq != received)
+				fail_msg("late receive #%u holds message %llu: the backlog was reordered or "
+					 "lost a message", received, (unsigned long long)seq);
+			nr_fill(want, seq);
+			if (memcmp(m, want, NR_MSG) != 0)
+				fail_msg("late receive #%u: the payload of message %llu is corrupt",
+					 received, (unsigned long long)seq);
+			received++;
+			if (reposted < sent) {
+				nr_post_recv(p, reposted, reposted - received);
+				reposted++;
+			}
+		}
+		while (dat_evd_dequeue(p->c.req, &ev) == DAT_SUCCESS) {
+			moved = true;
+			if (ev.event_number != DAT_DTO_COMPLETION_EVENT || d->status != DAT_DTO_SUCCESS ||
+			    d->user_cookie.as_64 != sdone || d->transfered_length != NR_MSG)
+				fail_msg("pending send #%u after the receives came: %s, status %s, cookie "
+					 "%llu, length %u", sdone, ev_name(ev.event_number),
+					 status_name(d->status), (unsigned long long)d->user_cookie.as_64,
+					 (unsigned)d->transfered_length);
+			sdone++;
+		}
+		if (ms_since(t0) > 10000)
+			fail_msg("receives posted late: after 10 s %u of %u messages received and %u of %u "
+				 "sends completed", received, sent, sdone, sent);
+		if (!moved)
+			sleep_ms(1);
+	}
+	print_message("# receives posted late: %u messages (%u sends had been pending) delivered "
+		      "in %u ms\n", received, sent - done_early, ms_since(t0));
+	expect_empty(p->s.rcv, 50, "server receive EVD after the backlog");
+	expect_quiet(p, "after the backlog");
+	alarm(0);
+}
+
+/* ================================= 11. the private data size limit */
+
+/* The limit dat_ia_query reports; the same on both IAs. */
+static DAT_COUNT reported_pdata_max(struct pair *p)
+{
+	DAT_PROVIDER_ATTR pa, pb;
+
+	memset(&pa, 0, sizeof(pa));
+	memset(&pb, 0, sizeof(pb));
+	assert_ok(dat_ia_query(p->c.ia, NULL, 0, NULL, DAT_PROVIDER_FIELD_ALL, &pa));
+	assert_ok(dat_ia_query(p->s.ia, NULL, 0, NULL, DAT_PROVIDER_FIELD_ALL, &pb));
+	assert_int_equal(pa.max_private_data_size, pb.max_private_data_size);
+	return pa.max_private_data_size;
+}
+
+/* A private data size the provider must refuse with DAT_INVALID_PARAMETER
+ * and the subtype of its argument. */
+static void check_pdata_refused(DAT_RETURN rc, DAT_RETURN argn, const char *call, DAT_COUNT max,
+				const char *file, int line)
+{
+	char g[160], w[160];
+
+	if (rc == ERR(DAT_INVALID_PARAMETER, argn))
+		return;
+	print_error("%s with %d bytes of private data (max_private_data_size + 1) returned %s, "
+		    "expected %s: %s\n", call, max + 1, rc_name(rc, g, sizeof(g)),
+		    rc_name(ERR(DAT_INVALID_PARAMETER, argn), w, sizeof(w)),
+		    rc == DAT_SUCCESS ? "the provider takes more private data than dat_ia_query "
+		    "reports (max_private_data_size is under-reported, or not enforced)" :
+		    "the wrong error");
+	_fail(file, line);
+}
+
+#define expect_pdata_refused(rc, argn, call, max) \
+	check_pdata_refused(rc, argn, call, max, __FILE__, __LINE__)
+
+/* Exactly max_private_data_size bytes travel both ways, intact; one byte
+ * more is refused by dat_ep_connect (DAT_INVALID_ARG5), dat_cr_accept
+ * (ARG3) and dat_cr_reject (ARG2), and the refused call changes nothing. */
+static void test_pdata_max_size(void **state)
+{
+	struct pair *p = *state;
+	DAT_COUNT max = reported_pdata_max(p);
+	uint8_t *cpd, *spd;
+	DAT_CR_HANDLE cr;
+	DAT_CR_PARAM crp;
+	DAT_EVENT ev;
+	DAT_RETURN rc;
+
+	watchdog(__func__, 60);
+	print_message("# dat_ia_query: max_private_data_size = %d\n", (int)max);
+	if (max < 48 || max > 65536)
+		fail_msg("max_private_data_size %d: expected at least 48 (dtest and dtestcm send 48 "
+			 "bytes each way) and a sane upper bound", (int)max);
+	p->spare = malloc(2 * ((size_t)max + 1));
+	assert_non_null(p->spare);
+	cpd = p->spare;
+	spd = p->spare + max + 1;
+	fill(cpd, (size_t)max + 1, 91);
+	fill(spd, (size_t)max + 1, 92);
+
+	/* connect: max + 1 refused, the EP untouched; max goes through */
+	rc = connect_to(p->c.ep, p->port, cpd, max + 1);
+	if (rc == DAT_SUCCESS) {
+		/* fail with no connection request left in flight */
+		assert_ok(dat_cr_reject(wait_cr(&p->s, p->psp, p->port), 0, NULL));
+		expect_conn(p->c.conn, DAT_CONNECTION_EVENT_PEER_REJECTED, p->c.ep, 5000, "client",
+			    NULL);
+	}
+	expect_pdata_refused(rc, DAT_INVALID_ARG5, "dat_ep_connect", max);
+	assert_int_equal(ep_state(p->c.ep), DAT_EP_STATE_UNCONNECTED);
+	expect_empty(p->s.cr, 200, "server CR EVD after a refused dat_ep_connect");
+	expect_empty(p->c.conn, 0, "client connection EVD after a refused dat_ep_connect");
+	assert_ok(connect_to(p->c.ep, p->port, cpd, max));
+	cr = wait_cr(&p->s, p->psp, p->port);
+	memset(&crp, 0, sizeof(crp));
+	assert_ok(dat_cr_query(cr, DAT_CR_FIELD_ALL, &crp));
+	assert_int_equal(crp.private_data_size, max);
+	assert_non_null(crp.private_data);
+	if (memcmp(crp.private_data, cpd, (size_t)max) != 0)
+		fail_msg("server: the %d bytes of private data from dat_ep_connect arrived altered",
+			 (int)max);
+
+	/* accept and reject with max + 1: refused, the CR still pending */
+	expect_pdata_refused(dat_cr_accept(cr, p->s.ep, max + 1, spd), DAT_INVALID_ARG3,
+			     "dat_cr_accept", max);
+	expect_pdata_refused(dat_cr_reject(cr, max + 1, spd), DAT_INVALID_ARG2, "dat_cr_reject",
+			     max);
+	assert_int_equal(ep_state(p->s.ep), DAT_EP_STATE_UNCONNECTED);
+	assert_ok(dat_cr_query(cr, DAT_CR_FIELD_ALL, &crp));	/* the CR is still there */
+	expect_empty(p->c.conn, 100, "client connection EVD after refused accept/reject calls");
+
+	/* accept with max */
+	assert_ok(dat_cr_accept(cr, p->s.ep, max, spd));
+	expect_conn(p->s.conn, DAT_CONNECTION_EVENT_ESTABLISHED, p->s.ep, 5000, "server", NULL);
+	expect_conn(p->c.conn, DAT_CONNECTION_EVENT_ESTABLISHED, p->c.ep, 5000, "client", &ev);
+	assert_int_equal(ev.event_data.connect_event_data.private_data_size, max);
+	assert_non_null(ev.event_data.connect_event_data.private_data);
+	if (memcmp(ev.event_data.connect_event_data.private_data, spd, (size_t)max) != 0)
+		fail_msg("client: the %d bytes of private data from dat_cr_accept arrived altered",
+			 (int)max);
+	alarm(0);
+}
+
+/* ================================ 12. dtest -D: RDMA write ping-pong */
+
+#define PP_LEN		4096u		/* dtest -D -b 4096 */
+#define PP_ITERS	1000u		/* dtest -W: burst 1000 */
+#define PP_RBUF		0u		/* the target buffer, advertised to the peer */
+#define PP_SBUF		65536u		/* the source buffer */
+
+/* dtest -D's five patterns: 0x00, 0xff, 0x55, 0xaa, then random bytes */
+static void pp_pattern(uint8_t *m, uint32_t k)
+{
+	static const uint8_t pat[4] = { 0x00, 0xff, 0x55, 0xaa };
+
+	if ((k - 1) % 5 < 4)
+		memset(m, pat[(k - 1) % 5], PP_LEN - 1);
+	else
+		fill(m, PP_LEN - 1, k);
+	m[PP_LEN - 1] = (uint8_t)k;	/* the counter dtest spins on */
+}
+
+struct pp_stats {
+	uint32_t early;		/* last byte seen before the rest had landed */
+	uint32_t early_at0;	/* ... of which the first stale byte was byte 0 */
+	uint32_t before_visible; /* write completion before the last byte landed */
+	unsigned worst_us;	/* longest wait, last byte -> whole message */
+	char where[256];	/* the first few: side#message:[first,last stale byte] */
+};
+
+/* Spin (without calling the provider, as dtest -W does) until the last
+ * byte of dst holds the counter k, then until the whole message equals
+ * want.  The first must happen within 2 s (the target's progress places
+ * RDMA writes by itself) and the second within 1 s of it (the data of one
+ * RDMA write lands whole); what the first moment saw is counted. */
+static void pp_land(const uint8_t *dst, const uint8_t *want, uint32_t k, const char *who,
+		    struct pp_stats *st)
+{
+	volatile const uint8_t *v = dst;
+	uint64_t t0 = now_ns(), t1;
+	size_t bad = PP_LEN, last, i;
+	uint8_t got;
+
+	tsan_off();
+	while (v[PP_LEN - 1] != (uint8_t)k && ms_since(t0) < 2000)
+		;
+	got = v[PP_LEN - 1];
+	if (got != (uint8_t)k) {
+		tsan_on();
+		fail_msg("ping-pong message %u: the %s's last byte is 0x%02x 2 s after the peer's "
+			 "RDMA write completed, expected the counter 0x%02x: the write never landed",
+			 k, who, got, (uint8_t)k);
+	}
+	for (i = 0; i < PP_LEN - 1 && bad == PP_LEN; i++)
+		if (v[i] != want[i])
+			bad = i;
+	if (bad != PP_LEN) {
+		for (i = last = bad; i < PP_LEN - 1; i++)
+			if (v[i] != want[i])
+				last = i;
+		if (st->early < 8)
+			snprintf(st->where + strlen(st->where), sizeof(st->where) - strlen(st->where),
+				 " %s#%u:[%zu,%zu]", who, k, bad, last);
+		st->early++;
+		if (bad == 0)
+			st->early_at0++;
+		t1 = now_ns();
+		while (memcmp(dst, want, PP_LEN) != 0 && ms_since(t1) < 1000)
+			;
+		if ((now_ns() - t1) / 1000 > st->worst_us)
+			st->worst_us = (unsigned)((now_ns() - t1) / 1000);
+	}
+	for (i = 0; i < PP_LEN && dst[i] == want[i]; i++)
+		;
+	got = i < PP_LEN ? dst[i] : 0;
+	tsan_on();
+	if (i < PP_LEN)
+		fail_msg("ping-pong message %u: the %s's last byte holds the counter, but 1 s later "
+			 "byte %zu is still 0x%02x, expected 0x%02x (the write's data never landed "
+			 "whole, or a later write or the sender's reuse of its buffer corrupted it)",
+			 k, who, i, got, want[i]);
+}
+
+/* One RDMA write of the ping-pong from x to its peer y, signalled and
+ * reaped by polling, as dtest -W does; right after the completion the
+ * source is overwritten (DAT lets the consumer reuse it then). */
+static void pp_write(struct side *x, const struct side *y, uint32_t k, struct pp_stats *st)
+{
+	DAT_LMR_TRIPLET t = seg(x, PP_SBUF, PP_LEN);
+	DAT_RMR_TRIPLET r = rseg(y, PP_RBUF, PP_LEN);
+	DAT_EVENT ev;
+	const DAT_DTO_COMPLETION_EVENT_DATA *d = &ev.event_data.dto_completion_event_data;
+	uint64_t t0;
+	DAT_RETURN rc;
+	char b[160];
+
+	rc = dat_ep_post_rdma_write(x->ep, 1, &t, ck(k), &r, DAT_COMPLETION_DEFAULT_FLAG);
+	if (rc != DAT_SUCCESS)
+		fail_msg("ping-pong message %u: %s's dat_ep_post_rdma_write returned %s", k, x->who,
+			 rc_name(rc, b, sizeof(b)));
+	t0 = now_ns();
+	while ((rc = dat_evd_dequeue(x->req, &ev)) != DAT_SUCCESS) {
+		if (ms_since(t0) > 2000)
+			fail_msg("ping-pong message %u: no completion of the %s's RDMA write within 2 s",
+				 k, x->who);
+	}
+	if (ev.event_number != DAT_DTO_COMPLETION_EVENT || d->status != DAT_DTO_SUCCESS ||
+	    d->user_cookie.as_64 != k || d->transfered_length != PP_LEN || d->ep_handle != x->ep ||
+	    d->operation != DAT_DTO_RDMA_WRITE)
+		fail_msg("ping-pong message %u: the %s's RDMA write completed with %s, status %s, "
+			 "cookie %llu, length %u, op %d", k, x->who, ev_name(ev.event_number),
+			 status_name(d->status), (unsigned long long)d->user_cookie.as_64,
+			 (unsigned)d->transfered_length, (int)d->operation);
+	tsan_off();
+	if (((volatile const uint8_t *)y->buf)[PP_RBUF + PP_LEN - 1] != (uint8_t)k)
+		st->before_visible++;
+	tsan_on();
+	memset(x->buf + PP_SBUF, 0xee, PP_LEN);
+}
+
+/* dtest -D -b 4096 in one process: the client RDMA-writes a 4096-byte
+ * pattern whose last byte is a counter, the server spins on that byte,
+ * copies what it got into its source buffer and RDMA-writes it back, the
+ * client spins and compares; 1000 round trips through dtest's patterns.
+ * Asserted: every write completes with SUCCESS, lands by itself (no
+ * provider call at the target), and lands whole, with the sender's
+ * buffer poisoned right after its completion.  Counted, not asserted:
+ * how often the counter byte was visible before the rest of the message
+ * (dtest -D treats that as an error, but neither DAT nor InfiniBand
+ * orders the placement of the bytes within one RDMA write), and how often
+ * the write's completion came before its data was visible at the target
+ * (libfabric tcp completes a write when the data is handed to the socket). */
+static void test_rdma_write_pingpong_data_check(void **state)
+{
+	struct pair *p = *state;
+	struct pp_stats st;
+	uint8_t *want;
+
+	watchdog(__func__, 120);
+	memset(&st, 0, sizeof(st));
+	p->spare = want = malloc(PP_LEN);
+	assert_non_null(want);
+	memset(p->c.buf + PP_RBUF, 'a', PP_LEN);
+	memset(p->s.buf + PP_RBUF, 'a', PP_LEN);
+	establish(p);
+	for (uint32_t k = 1; k <= PP_ITERS; k++) {
+		/* client -> server */
+		pp_pattern(p->c.buf + PP_SBUF, k);
+		memcpy(want, p->c.buf + PP_SBUF, PP_LEN);
+		pp_write(&p->c, &p->s, k, &st);
+		pp_land(p->s.buf + PP_RBUF, want, k, "server", &st);
+		/* server echoes what it received */
+		tsan_off();
+		memcpy(p->s.buf + PP_SBUF, p->s.buf + PP_RBUF, PP_LEN - 1);
+		tsan_on();
+		p->s.buf[PP_SBUF + PP_LEN - 1] = (uint8_t)k;
+		pp_write(&p->s, &p->c, k, &st);
+		pp_land(p->c.buf + PP_RBUF, want, k, "client", &st);
+	}
+	print_message("# %u round trips of %u bytes: the counter byte was visible before the rest "
+		      "of the message %u times (%u of them with byte 0 stale; the rest landed within "
+		      "%u us); a write's completion came before its counter byte was visible %u "
+		      "times of %u\n", PP_ITERS, PP_LEN, st.early, st.early_at0, st.worst_us,
+		      st.before_visible, 2 * PP_ITERS);
+	if (st.early)
+		print_message("# stale bytes when the counter appeared:%s\n", st.where);
+	expect_empty(p->s.rcv, 0, "server receive EVD after RDMA writes only");
+	expect_empty(p->c.rcv, 0, "client receive EVD after RDMA writes only");
+	alarm(0);
+}
+
+/* The guarantee dtest's other modes (and dapltest) rely on, hammered:
+ * RDMA writes followed by a send on the same EP; when the target's
+ * receive completes, every earlier write's data is in place, checked at
+ * that instant.  5000 rounds, alternating directions, 1 to 3 writes of
+ * 1 to 65536 bytes per round (all but the last suppressed), dtest's
+ * patterns and random data; the send is suppressed in every other round. */
+#define VIS_ROUNDS	5000u
+#define VIS_MSG		(BUF_LEN - 64)	/* the receive / send slot */
+
+static uint32_t vis_rand(uint32_t *s)
+{
+	*s = *s * 1103515245u + 12345u;
+	return *s >> 8;
+}
+
+static void test_rdma_write_then_send_visibility(void **state)
+{
+	struct pair *p = *state;
+	uint32_t seed = 2024;
+
+	watchdog(__func__, 120);
+	establish(p);
+	for (uint32_t round = 0; round < VIS_ROUNDS; round++) {
+		struct side *x = round & 1 ? &p->s : &p->c, *y = round & 1 ? &p->c : &p->s;
+		uint32_t nw = 1 + vis_rand(&seed) % 3;
+		size_t off[3], len[3];
+		bool ssup = round & 2;
+		uint64_t cookie = (uint64_t)round << 8;
+
+		assert_ok(post_recv1(y, VIS_MSG, 64, cookie | 0xff));
+		for (uint32_t w = 0; w < nw; w++) {
+			DAT_LMR_TRIPLET t;
+			DAT_RMR_TRIPLET r;
+
+			len[w] = 1 + vis_rand(&seed) % 65536;
+			off[w] = (size_t)w * 300000;		/* disjoint ranges */
+			if (w == 0 && round % 5 == 4)
+				fill(x->buf + off[w], len[w], round);
+			else
+				memset(x->buf + off[w], (int)(round * 7 + w * 3) & 0xff, len[w]);
+			memset(y->buf + off[w], (int)(round * 7 + w * 3 + 1) & 0xff, len[w]);
+			t = seg(x, off[w], len[w]);
+			r = rseg(y, off[w], len[w]);
+			assert_ok(dat_ep_post_rdma_write(x->ep, 1, &t, ck(cookie | w), &r,
+							 w + 1 < nw ? DAT_COMPLETION_SUPPRESS_FLAG :
+							 DAT_COMPLETION_DEFAULT_FLAG));
+		}
+		memcpy(x->buf + VIS_MSG, &round, sizeof(round));
+		assert_ok(post_send1(x, VIS_MSG, sizeof(round), cookie | 0xfe,
+				     ssup ? DAT_COMPLETION_SUPPRESS_FLAG : DAT_COMPLETION_DEFAULT_FLAG));
+		expect_dto(y->rcv, y->ep, cookie | 0xff, DAT_DTO_RECEIVE, DAT_DTO_SUCCESS,
+			   sizeof(round), 5000, "the target's receive of the send after the writes");
+		for (uint32_t w = 0; w < nw; w++)
+			if (memcmp(y->buf + off[w], x->buf + off[w], len[w]) != 0) {
+				size_t i = 0;
+
+				while (y->buf[off[w] + i] == x->buf[off[w] + i])
+					i++;
+				fail_msg("round %u: the %s's receive completed, but the RDMA write %u of %u "
+					 "(%zu bytes) posted before the send on the same EP is not in place: "
+					 "byte %zu is 0x%02x, expected 0x%02x", round, y->who, w + 1, nw,
+					 len[w], i, y->buf[off[w] + i], x->buf[off[w] + i]);
+			}
+		expect_dto(x->req, x->ep, cookie | (nw - 1), DAT_DTO_RDMA_WRITE, DAT_DTO_SUCCESS,
+			   (DAT_SEG_LENGTH)len[nw - 1], 2000, "the last RDMA write of the round");
+		if (!ssup)
+			expect_dto(x->req, x->ep, cookie | 0xfe, DAT_DTO_SEND, DAT_DTO_SUCCESS,
+				   sizeof(round), 2000, "the send of the round");
+	}
+	expect_empty(p->c.req, 0, "client request EVD after the rounds");
+	expect_empty(p->s.req, 0, "server request EVD after the rounds");
+	alarm(0);
+}
+
 /* ================================================================= main */
 
 #define TP(name) cmocka_unit_test_setup_teardown(name, pair_setup, pair_teardown)
@@ -1757,6 +2657,16 @@ int main(int argc, char **argv)
 		TP(test_rmr_bind_emulated),
 		/* 8. bad rmr_context */
 		TP(test_rdma_write_bad_rmr_context),
+		/* 9. RDMA outside the peer's region */
+		TP(test_rdma_write_out_of_range),
+		TP(test_rdma_read_out_of_range),
+		/* 10. a send with no receive posted */
+		TP(test_send_without_posted_recv),
+		/* 11. private data limit */
+		TP(test_pdata_max_size),
+		/* 12. RDMA write ping-pong (dtest -D), write-then-send visibility */
+		TP(test_rdma_write_pingpong_data_check),
+		TP(test_rdma_write_then_send_visibility),
 		/* sends on a disconnected EP (last: a crash there takes the run) */
 		TP(test_send_after_disconnect),
 		TP(test_send_after_peer_rejected),
