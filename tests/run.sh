@@ -30,7 +30,7 @@ valgrind)
 	# the stock programs only (scope "stock"), under memcheck; errors of
 	# the programs themselves are suppressed in tests/stock/valgrind.supp
 	stock_wrap="valgrind -q --error-exitcode=99 --suppressions=$PWD/tests/stock/valgrind.supp"
-	export CLIENTS_CASES=${CLIENTS_CASES:-dtest-default dtest-rr dtest-pingpong dtestcm-w dtestsrq-nosrq}
+	export CLIENTS_CASES=${CLIENTS_CASES:-dtest-default dtest-rr dtest-pingpong dtestcm-w dtestsrq-srq dtestsrq-nosrq}
 	export CLIENTS_TIMEOUT=${CLIENTS_TIMEOUT:-180} DAPLTEST_TIMEOUT=${DAPLTEST_TIMEOUT:-300}
 	;;
 *)	stock_wrap="" ;;
@@ -82,15 +82,22 @@ if [ "$scope" != unit ] && [ -x tests/stock/dapltest.sh ]; then
 	B=$B DAPLTEST_WRAP="$stock_wrap" run stock_dapltest 900 tests/stock/dapltest.sh
 fi
 # The stock dtest/dtestcm/dtestsrq pairs.  Left out of the default list:
-#  dtestsrq-srq     waits for SRQs, not built yet (dat_srq_create is a stub);
-#  dtest-datacheck  failed 1 run in about 20 here: the side that checks the
-#                   first pattern (all zeros) once saw its buffer's last byte
-#                   already at 0 before the peer's write landed, and reported
-#                   "ERR ... Rx 0x11 expected 0x0" (yet printed PASSED).  Not
-#                   understood yet; run it with CLIENTS_CASES=dtest-datacheck.
+#  dtest-datacheck  fails about 1 run in 20, by dtest's own race: its server
+#                   takes the last byte of an RDMA write arriving as proof that
+#                   the whole buffer did, which no RDMA transport promises
+#                   (libfabric tcp lands a write with memcpy; measured here,
+#                   the last byte shows first in about 1 copy in 100).  The
+#                   same pattern, checked properly, is test_api_conn's
+#                   test_rdma_write_pingpong_data_check.  Run it with
+#                   CLIENTS_CASES=dtest-datacheck.
 if [ "$scope" != unit ] && [ -x tests/stock/clients.sh ]; then
 	B=$B CLIENTS_WRAP="$stock_wrap" CLIENTS_CASES="${CLIENTS_CASES:-dtest-default dtest-p \
 dtest-c dtest-w dtest-u dtest-rr dtest-pingpong dtest-allsizes dtestcm-poll dtestcm-w \
-dtestsrq-nosrq}" run stock_clients 1200 tests/stock/clients.sh
+dtestsrq-srq dtestsrq-srq-c4 dtestsrq-srq-c8 dtestsrq-nosrq}" run stock_clients 1200 tests/stock/clients.sh
+fi
+# The example programs (tests/examples.sh: an upcall-echo server and client
+# on a free port in 18600-18699); not in the valgrind variant's "stock" scope.
+if [ "$scope" = all ] && [ -x tests/examples.sh ]; then
+	B=$B run examples 300 tests/examples.sh
 fi
 echo "RESULT $pass $fail $skip"

@@ -255,7 +255,10 @@ void dfi_cr_destroy(struct dfi_cr *cr)
 }
 
 /* Create the libfabric endpoint of `ep` (cm_lock held): CQs of its EVDs,
- * then the receives posted while it was unconnected. */
+ * then the receives posted while it was unconnected.  An SRQ EP binds the
+ * SRQ's shared context and receives on its private CQ (srq.c); its recv
+ * EVD's CQ is still created, as the source its staged completions go
+ * through. */
 static int ep_open_fep(struct dfi_ep *ep, void *req, const struct sockaddr_in *dest)
 {
 	struct dfi_ia *ia = ep->hdr.ia;
@@ -272,7 +275,13 @@ static int ep_open_fep(struct dfi_ep *ep, void *req, const struct sockaddr_in *d
 		dfi_warn(DFI_SS_EP, "EP %p has no DTO EVD at all: cannot connect", (void *)ep);
 		return -EINVAL;
 	}
+	if (ep->srq) {
+		if ((rc = dfi_srq_ep_open_cq(ep)))
+			return rc;
+		rx = ep->rcq;
+	}
 	rc = dfi_fep_open(ia->fab, ia->eq, req, dest, tx ? tx : spare, rx ? rx : spare,
+			  ep->srq ? ep->srq->srx : NULL,
 			  (size_t)ep->attr.max_request_dtos, (size_t)ep->attr.max_recv_dtos,
 			  ep, &ep->fep);
 	if (rc)
@@ -417,7 +426,7 @@ DAT_RETURN dfi_ep_disconnect(DAT_EP_HANDLE h, DAT_CLOSE_FLAGS flags)
 	struct dfi_ep *ep = dfi_obj_get(h, DFI_T_EP);
 	struct dfi_ia *ia;
 	DAT_RETURN rc = DAT_SUCCESS;
-	bool self_report = false;
+	bool self_report = false, broken;
 
 	(void)flags;	/* graceful and abrupt both shut the connection down */
 	if (!ep)
@@ -443,7 +452,14 @@ DAT_RETURN dfi_ep_disconnect(DAT_EP_HANDLE h, DAT_CLOSE_FLAGS flags)
 		rc = DFI_REJECT(DFI_ERR(DAT_INVALID_STATE, DAT_INVALID_STATE_EP_UNCONNECTED),
 				"EP %p is not connected", (void *)ep);
 	}
+	/* An SRQ EP reports the end of its connection with an async
+	 * EP_BROKEN too (srq.c), once per established connection. */
+	broken = self_report && ep->srq && ep->established;
+	if (broken)
+		ep->established = false;
 	pthread_mutex_unlock(&ia->cm_lock);
+	if (broken)
+		dfi_srq_ep_settle(ep);
 	if (self_report && ep->conn_evd) {
 		DAT_EVENT ev;
 
@@ -452,6 +468,8 @@ DAT_RETURN dfi_ep_disconnect(DAT_EP_HANDLE h, DAT_CLOSE_FLAGS flags)
 		ev.event_data.connect_event_data.ep_handle = ep;
 		dfi_evq_post(&ep->conn_evd->q, &ev);
 	}
+	if (broken)
+		dfi_post_async(ia, DAT_ASYNC_ERROR_EP_BROKEN, ep, DAT_EP_TRANSFER_TO_ERROR);
 	return rc;
 }
 
@@ -480,7 +498,19 @@ struct cm_post {
 	struct dfi_evq *q;
 	DAT_EVENT ev;
 	struct dfi_cr *cr;		/* a CR event: rejected if it does not fit */
+	struct dfi_ep *broken;		/* an SRQ EP whose connection ended */
 };
+
+/* The connection of an SRQ EP ended (cm_lock held): its completions are
+ * settled and EP_BROKEN posted around the connection event (srq.c).  Not
+ * for an EP being freed (its endpoint is closed first, under cm_lock): its
+ * private CQ is about to go, and so is the EP. */
+static void srq_ep_ended(struct cm_post *p, struct dfi_ep *ep)
+{
+	if (ep->srq && ep->established && ep->fep)
+		p->broken = ep;
+	ep->established = false;
+}
 
 static void conn_event(struct cm_post *p, struct dfi_ep *ep, DAT_EVENT_NUMBER num,
 		       const void *pdata, size_t plen)
@@ -562,11 +592,13 @@ static void translate(struct dfi_ia *ia, struct dfi_cm_event *e, struct cm_post 
 	switch (e->type) {
 	case DFI_CM_CONNECTED:
 		ep->state = DAT_EP_STATE_CONNECTED;
+		ep->established = true;
 		conn_event(p, ep, DAT_CONNECTION_EVENT_ESTABLISHED, e->pdata, e->plen);
 		break;
 	case DFI_CM_SHUTDOWN:
 		if (ep->state != DAT_EP_STATE_DISCONNECTED) {
 			ep->state = DAT_EP_STATE_DISCONNECTED;
+			srq_ep_ended(p, ep);
 			conn_event(p, ep, DAT_CONNECTION_EVENT_DISCONNECTED, NULL, 0);
 		}
 		break;
@@ -578,6 +610,7 @@ static void translate(struct dfi_ia *ia, struct dfi_cm_event *e, struct cm_post 
 			break;
 		dfi_dbg(DFI_SS_CM, "EP %p: connection error %s", (void *)ep, strerror(e->err));
 		ep->state = DAT_EP_STATE_DISCONNECTED;
+		srq_ep_ended(p, ep);
 		conn_event(p, ep, pending ? DAT_CONNECTION_EVENT_DISCONNECTED :
 			   error_event(e->err, was), e->pdata, e->plen);
 		break;
@@ -607,8 +640,17 @@ int dfi_cm_handle(struct dfi_ia *ia)
 			return handled;
 		}
 		handled++;
-		if (!p.q)
+		/* This runs in the progress thread, inside its batch: an EP that
+		 * translate() found alive cannot be freed before the batch ends
+		 * (dfi_progress_unwatch_rcq waits for it). */
+		if (p.broken)
+			dfi_srq_ep_settle(p.broken);
+		if (!p.q) {
+			if (p.broken)
+				dfi_post_async(ia, DAT_ASYNC_ERROR_EP_BROKEN, p.broken,
+					       DAT_EP_TRANSFER_TO_ERROR);
 			continue;
+		}
 		if (dfi_evq_post(p.q, &p.ev) != 0 && p.cr) {
 			/* the CR EVD overflowed: refuse on the wire, as OFA does */
 			pthread_mutex_lock(&ia->cm_lock);
@@ -618,5 +660,10 @@ int dfi_cm_handle(struct dfi_ia *ia)
 			dfi_obj_retire(p.cr);
 		}
 		dfi_evq_unref(p.q);
+		/* after the connection event: dtestsrq waits for that first,
+		 * then for EP_BROKEN naming the same EP (dat-clients.md 3.4) */
+		if (p.broken)
+			dfi_post_async(ia, DAT_ASYNC_ERROR_EP_BROKEN, p.broken,
+				       DAT_EP_TRANSFER_TO_ERROR);
 	}
 }

@@ -31,6 +31,7 @@ struct dfi_eq;
 struct dfi_pep;
 struct dfi_fep;
 struct dfi_cq;
+struct dfi_srx;
 
 /* Type tags: distinctive values, so garbage is unlikely to pass as a tag. */
 enum dfi_type {
@@ -90,7 +91,7 @@ struct dfi_ia {
 	struct sockaddr_in addr;
 	pthread_mutex_t lock;
 	struct dfi_obj objs;		/* list head (sentinel) */
-	int n_pz, n_lmr, n_evd, n_cno;
+	int n_pz, n_lmr, n_evd, n_cno, n_srq;
 	DAT_NAMED_ATTR prov_attr[4];
 	int n_prov_attr;
 
@@ -99,6 +100,8 @@ struct dfi_ia {
 	pthread_mutex_t cm_lock;	/* serializes CM events with EP teardown */
 	struct dfi_eq *eq;
 	int epfd, stop_fd;
+	int kick_fd;			/* eventfd: stalled SRQ EPs may move (srq.c) */
+	unsigned rcq_gen;		/* bumped when an SRQ EP's CQ leaves epoll (IA lock) */
 	pthread_t progress;
 	bool progress_on;
 	unsigned batch;			/* odd while the thread handles events */
@@ -154,6 +157,38 @@ struct dfi_dto_pool {
 	struct dfi_dto_pool *next_zombie;
 };
 
+/* A receive posted to an SRQ: the context the libfabric completion hands
+ * back on the private receive CQ of the EP that consumed it (srq.c). */
+struct dfi_srq_dto {
+	struct dfi_srq *srq;
+	DAT_DTO_COOKIE cookie;
+	/* the completion, filled by srq.c from that EP's private CQ */
+	struct dfi_ep *ep;
+	size_t len;
+	int err;
+	struct dfi_srq_dto *next;	/* free list, or the recv EVD's staged list */
+};
+
+/* A shared receive queue: a libfabric shared receive context plus the
+ * descriptors and counts DAT asks for.  A slot is taken from the post until
+ * the consumer has reaped the completion (posted + undequeued <= max). */
+struct dfi_srq {
+	struct dfi_obj hdr;
+	struct dfi_pz *pz;
+	struct dfi_srx *srx;
+	pthread_mutex_t lock;		/* everything below */
+	DAT_COUNT max_recv_dtos, max_recv_iov, low_watermark;
+	bool lw_armed;			/* the low watermark event may fire once */
+	bool freeing;			/* dat_srq_free won: no more attaches */
+	int posted;			/* in the shared context, not completed */
+	int undequeued;			/* completed, not yet reaped */
+	int neps;			/* EPs attached */
+	int n_stalled;			/* attached EPs whose data waits for a buffer */
+	struct dfi_srq_dto *free;	/* descriptors not posted */
+	struct dfi_srq_chunk *chunks;	/* every descriptor allocation */
+	int nalloc;
+};
+
 /* An endpoint.  The libfabric endpoint is created when it connects or
  * accepts; receives posted before that wait in `pending`. */
 struct dfi_ep {
@@ -169,6 +204,19 @@ struct dfi_ep {
 	DAT_CONN_QUAL remote_port;
 	uint8_t pdata[256];		/* private data of the last connection event */
 	struct dfi_sp *rsp;		/* the RSP this EP is reserved for */
+
+	/* SRQ EPs (srq.c): receives come from srq's shared context and complete
+	 * on rcq, this EP's own CQ, so that each completion names its EP. */
+	struct dfi_srq *srq;
+	struct dfi_cq *rcq;		/* created by the first connect/accept */
+	bool rcq_watched;		/* in the progress thread's epoll set (IA lock) */
+	bool rcq_stalled;		/* data waits for an SRQ buffer (IA lock) */
+	bool established;		/* connected since the last EP_BROKEN (cm_lock) */
+	pthread_mutex_t drain_lock;	/* one reader of rcq at a time, in order */
+	int srq_held;			/* SRQ buffers completed here, not reaped (srq lock) */
+	DAT_COUNT soft_hw, hard_hw;	/* dat_ep_set_watermark (srq lock; cm_lock
+					 * for an EP without SRQ: only stored) */
+	bool soft_armed;		/* the soft one may fire once (srq lock) */
 };
 
 /* A public (PSP) or reserved (RSP) service point: a libfabric listener. */
@@ -202,6 +250,9 @@ struct dfi_evd {
 	struct dfi_evq q;
 	struct dfi_cq *cq;		/* DTO EVDs, once an EP connects (IA lock) */
 	bool parked;			/* CQ fd out of epoll until the tick (IA lock) */
+	/* SRQ receive completions read from EPs' private CQs, oldest first,
+	 * waiting for ring slots: part of the EVD's source (q.lock) */
+	struct dfi_srq_dto *staged, *staged_tail;
 };
 
 /* ---------------------------------------------------------------- handles */
@@ -310,8 +361,12 @@ DAT_RETURN dfi_ep_get_status(DAT_EP_HANDLE ep, DAT_EP_STATE *state, DAT_BOOLEAN 
 DAT_RETURN dfi_ep_reset(DAT_EP_HANDLE ep);
 DAT_RETURN dfi_ep_free(DAT_EP_HANDLE ep);
 void dfi_ep_destroy(struct dfi_ep *ep);
+DAT_RETURN dfi_ep_create_with_srq(DAT_IA_HANDLE, DAT_PZ_HANDLE, DAT_EVD_HANDLE, DAT_EVD_HANDLE,
+				  DAT_EVD_HANDLE, DAT_SRQ_HANDLE, const DAT_EP_ATTR *,
+				  DAT_EP_HANDLE *);
 
 /* dto.c */
+DAT_DTO_COMPLETION_STATUS dfi_dto_status(int err);
 int dfi_evd_cq(struct dfi_evd *evd, struct dfi_cq **cq);
 void dfi_evd_cq_close(struct dfi_evd *evd);
 struct dfi_dto_pool *dfi_dto_pool_new(int n);
@@ -368,6 +423,42 @@ int dfi_progress_start(struct dfi_ia *ia);
 void dfi_progress_stop(struct dfi_ia *ia);
 int dfi_progress_watch_cq(struct dfi_ia *ia, struct dfi_evd *evd);
 void dfi_progress_unwatch_cq(struct dfi_ia *ia, struct dfi_evd *evd);
+/* An SRQ EP's private CQ, watched for the EP's life (IA lock held). */
+int dfi_progress_watch_rcq(struct dfi_ia *ia, struct dfi_ep *ep);
+void dfi_progress_unwatch_rcq(struct dfi_ia *ia, struct dfi_ep *ep);
+/* After a pass over ep's private CQ (progress thread): watch it again; a
+ * stalled one is also retried on the tick. */
+void dfi_progress_rearm_rcq(struct dfi_ep *ep, bool stalled);
+/* ep's data may wait for an SRQ buffer: a post kicks the thread. */
+void dfi_progress_mark_stalled(struct dfi_ep *ep, bool stalled);
+/* Wake the thread to look at stalled SRQ EPs again (a buffer was posted). */
+void dfi_progress_kick(struct dfi_ia *ia);
+
+/* srq.c */
+DAT_RETURN dfi_srq_create(DAT_IA_HANDLE, DAT_PZ_HANDLE, DAT_SRQ_ATTR *, DAT_SRQ_HANDLE *);
+DAT_RETURN dfi_srq_free(DAT_SRQ_HANDLE);
+DAT_RETURN dfi_srq_post_recv(DAT_SRQ_HANDLE, DAT_COUNT, DAT_LMR_TRIPLET *, DAT_DTO_COOKIE);
+DAT_RETURN dfi_srq_query(DAT_SRQ_HANDLE, DAT_SRQ_PARAM_MASK, DAT_SRQ_PARAM *);
+DAT_RETURN dfi_srq_resize(DAT_SRQ_HANDLE, DAT_COUNT);
+DAT_RETURN dfi_srq_set_lw(DAT_SRQ_HANDLE, DAT_COUNT);
+DAT_RETURN dfi_ep_recv_query(DAT_EP_HANDLE, DAT_COUNT *, DAT_COUNT *);
+DAT_RETURN dfi_ep_set_watermark(DAT_EP_HANDLE, DAT_COUNT, DAT_COUNT);
+void dfi_srq_destroy(struct dfi_srq *srq);
+/* EP side, called with no lock held unless said otherwise. */
+DAT_RETURN dfi_srq_attach(struct dfi_srq *srq, struct dfi_ep *ep);
+int dfi_srq_ep_open_cq(struct dfi_ep *ep);		/* cm_lock held */
+void dfi_srq_ep_detach(struct dfi_ep *ep);		/* ep_destroy, after the fep */
+void dfi_srq_release(struct dfi_srq *srq);		/* ep_destroy, after the retire */
+void dfi_srq_ep_settle(struct dfi_ep *ep);		/* completions in before a conn event */
+bool dfi_srq_ep_idle(struct dfi_ep *ep);
+/* The consumer reaped an SRQ receive completion of ep (recv EVD lock held). */
+void dfi_srq_consumed(struct dfi_ep *ep);
+/* Source of the recv EVD: move staged SRQ completions into ev[] (q.lock). */
+int dfi_srq_take_staged(struct dfi_evd *evd, DAT_EVENT *ev, int max);
+/* Progress thread: read ep's private CQ; true if it stays stalled. */
+bool dfi_srq_ep_progress(struct dfi_ep *ep);
+/* An async event naming h (only its value: h may be gone by then). */
+void dfi_post_async(struct dfi_ia *ia, DAT_EVENT_NUMBER num, DAT_HANDLE h, DAT_COUNT reason);
 
 /* stubs.c: every slot not built yet. */
 void dfi_fill_stubs(DAT_PROVIDER *p);
@@ -378,6 +469,9 @@ void dfi_fill_stubs(DAT_PROVIDER *p);
 #define DFI_MAX_EVDS		4096
 #define DFI_MAX_CNOS		4096
 #define DFI_MAX_RMRS		65536
+#define DFI_MAX_SRQS		1024
+#define DFI_MAX_RECV_PER_SRQ	65536	/* the shared context's size */
+#define DFI_MAX_EP_PER_SRQ	4096
 #define DFI_MAX_LMR_BLOCK	(1u << 30)
 /* Endpoint defaults, for NULL or zero attributes (dat-clients.md 3.1). */
 #define DFI_EP_DEFAULT_DTOS	16

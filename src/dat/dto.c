@@ -8,6 +8,12 @@
  * fires (progress.c).  A completion's context is a dfi_dto of the posting
  * EP; the conversion to a DAT_EVENT happens here, so the fabric layer knows
  * nothing of DAT.
+ *
+ * The receive completions of SRQ EPs come from each EP's private CQ instead
+ * (srq.c): the progress thread reads them and stages them on the EVD; the
+ * source hands the staged ones out first (they were read from libfabric
+ * earlier), so they too enter the ring only into free slots and are counted
+ * until the consumer reaps them.
  */
 #include "dfi.h"
 #include "fabric/fabric.h"
@@ -117,7 +123,7 @@ void dfi_zombies_free(struct dfi_ia *ia)
 
 /* ------------------------------------------------------ the CQ as source */
 
-static DAT_DTO_COMPLETION_STATUS status_of(int err)
+DAT_DTO_COMPLETION_STATUS dfi_dto_status(int err)
 {
 	switch (err) {
 	case 0: return DAT_DTO_SUCCESS;
@@ -136,7 +142,7 @@ static void dto_event(struct dfi_dto *d, const struct dfi_comp *c, DAT_EVENT *ev
 	ev->event_number = DAT_DTO_COMPLETION_EVENT;
 	e->ep_handle = d->ep;
 	e->user_cookie = d->cookie;
-	e->status = status_of(c->err);
+	e->status = dfi_dto_status(c->err);
 	e->operation = d->op;
 	/* tcp reports no length for sends: the posted length is ours */
 	e->transfered_length = d->op == DAT_DTO_RECEIVE ? (DAT_SEG_LENGTH)c->len : d->len;
@@ -149,9 +155,9 @@ static int cq_read(void *ctx, DAT_EVENT *ev, int max)
 {
 	struct dfi_evd *evd = ctx;
 	struct dfi_comp c[64];
-	int out = 0;
+	int out = dfi_srq_take_staged(evd, ev, max);
 
-	while (out < max) {
+	while (out < max && evd->cq) {
 		int want = max - out < 64 ? max - out : 64;
 		int n = dfi_cq_read(evd->cq, c, want);
 
@@ -181,6 +187,8 @@ static int cq_trywait(void *ctx)
 {
 	struct dfi_evd *evd = ctx;
 
+	if (evd->staged)
+		return -EAGAIN;		/* staged since the last read: read them */
 	return dfi_cq_trywait(evd->cq);
 }
 
@@ -200,6 +208,10 @@ static void cq_consumed(void *ctx, const DAT_EVENT *ev)
 	(void)ctx;
 	if (!ep)
 		return;		/* freed since: its pools went with it */
+	if (e->operation == DAT_DTO_RECEIVE && ep->srq) {
+		dfi_srq_consumed(ep);	/* the slot was the SRQ's */
+		return;
+	}
 	p = e->operation == DAT_DTO_RECEIVE ? ep->recvq : ep->sendq;
 	pthread_mutex_lock(&p->lock);
 	p->undequeued--;
@@ -294,6 +306,10 @@ static DAT_RETURN post(DAT_EP_HANDLE h, DAT_COUNT nseg, DAT_LMR_TRIPLET *iov,
 	if (!ep)
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EP),
 				  "%p is not an EP handle", (void *)h);
+	if (kind == POST_RECV && ep->srq)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG1),
+				  "EP %p takes its receives from SRQ %p: post them with "
+				  "dat_srq_post_recv", (void *)ep, (void *)ep->srq);
 	maxseg = kind == POST_RECV ? ep->attr.max_recv_iov : kind == POST_SEND ?
 		 ep->attr.max_request_iov : kind == POST_WRITE ? ep->attr.max_rdma_write_iov :
 		 ep->attr.max_rdma_read_iov;

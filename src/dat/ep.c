@@ -1,7 +1,8 @@
 /*
  * Endpoints: creation with defaults and checks, query, status, reset, free.
- * An EP holds references on its PZ and its EVDs, so neither is freed under
- * it.  Connections and data transfer are not built yet (stubs.c).
+ * An EP holds references on its PZ and its EVDs (and an SRQ EP on its SRQ),
+ * so none of them is freed under it.  Connections are in conn.c, data
+ * transfer in dto.c, what is special to SRQ EPs in srq.c.
  */
 #include "dfi.h"
 #include "fabric/fabric.h"
@@ -103,13 +104,16 @@ static void ep_refs(struct dfi_ep *ep, int delta)
 	ep_notify_models(ep, delta);
 }
 
-DAT_RETURN dfi_ep_create(DAT_IA_HANDLE h, DAT_PZ_HANDLE pzh, DAT_EVD_HANDLE recvh,
-			 DAT_EVD_HANDLE reqh, DAT_EVD_HANDLE connh,
-			 const DAT_EP_ATTR *attr, DAT_EP_HANDLE *out)
+/* dat_ep_create and dat_ep_create_with_srq (srqh not NULL); the arguments
+ * after conn_evd are numbered one further with an SRQ. */
+static DAT_RETURN ep_create(DAT_IA_HANDLE h, DAT_PZ_HANDLE pzh, DAT_EVD_HANDLE recvh,
+			    DAT_EVD_HANDLE reqh, DAT_EVD_HANDLE connh, DAT_SRQ_HANDLE srqh,
+			    const DAT_EP_ATTR *attr, DAT_EP_HANDLE *out)
 {
 	struct dfi_ia *ia = dfi_obj_get(h, DFI_T_IA);
 	struct dfi_pz *pz = dfi_pz_of(ia, pzh);
 	struct dfi_evd *recv = NULL, *req = NULL, *conn = NULL;
+	struct dfi_srq *srq = NULL;
 	DAT_EP_ATTR a;
 	struct dfi_ep *ep;
 	DAT_RETURN rc;
@@ -129,18 +133,59 @@ DAT_RETURN dfi_ep_create(DAT_IA_HANDLE h, DAT_PZ_HANDLE pzh, DAT_EVD_HANDLE recv
 	if (connh && !(conn = dfi_evd_of(ia, connh, DAT_EVD_CONNECTION_FLAG)))
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EVD_CONN),
 				  "%p is not a connection EVD of this IA", (void *)connh);
+	if (srqh) {
+		srq = dfi_obj_get(srqh, DFI_T_SRQ);
+		if (!srq || srq->hdr.ia != ia)
+			return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_SRQ),
+					  "%p is not an SRQ of this IA", (void *)srqh);
+		/* srq_ep_pz_difference_supported is FALSE */
+		if (srq->pz != pz)
+			return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2),
+					  "PZ %p differs from the PZ %p of SRQ %p", (void *)pz,
+					  (void *)srq->pz, (void *)srq);
+		/* "Cannot be NULL" for dat_ep_create_with_srq */
+		if (!attr)
+			return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG7),
+					  "EP attributes are NULL (dat_ep_create_with_srq needs them)");
+	}
 	if (!out)
-		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG7),
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER,
+					  srq ? DAT_INVALID_ARG8 : DAT_INVALID_ARG7),
 				  "EP handle pointer is NULL");
-	rc = ep_attr_resolve(ia, attr, &a);
+	if (srq) {
+		/* DAT_COMPLETION_UNSIGNALLED_FLAG is an SRQ EP's default: its
+		 * receives complete signalled anyway (dat_srq_post_recv), so
+		 * the flag is kept, not refused; max_recv_iov is ignored (the
+		 * SRQ's applies), so it gets the default */
+		DAT_EP_ATTR in = *attr;
+
+		in.recv_completion_flags &= ~(DAT_COMPLETION_FLAGS)DAT_COMPLETION_UNSIGNALLED_FLAG;
+		in.max_recv_iov = 0;
+		rc = ep_attr_resolve(ia, &in, &a);
+		if (attr->recv_completion_flags & DAT_COMPLETION_UNSIGNALLED_FLAG)
+			a.recv_completion_flags = attr->recv_completion_flags;
+	} else {
+		rc = ep_attr_resolve(ia, attr, &a);
+	}
 	if (rc != DAT_SUCCESS)
-		return rc;
+		return srq && DAT_GET_SUBTYPE(rc) == DAT_INVALID_ARG6 ?
+		       DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG7) : rc;
+	if (srq) {
+		/* an SRQ EP takes no receives of its own (max_recv_iov is
+		 * ignored, max_recv_dtos only reported); zero means "default"
+		 * for the soft high watermark as for every EP attribute */
+		if (!a.srq_soft_hw)
+			a.srq_soft_hw = DAT_HW_DEFAULT;
+		if (a.srq_soft_hw < 0 && a.srq_soft_hw != DAT_WATERMARK_INFINITE)
+			return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG7),
+					  "EP srq_soft_hw %d is negative", a.srq_soft_hw);
+	}
 
 	ep = dfi_obj_new(ia, DFI_T_EP, sizeof(*ep));
 	if (!ep)
 		return DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_MEMORY);
 	ep->sendq = dfi_dto_pool_new(a.max_request_dtos);
-	ep->recvq = dfi_dto_pool_new(a.max_recv_dtos);
+	ep->recvq = dfi_dto_pool_new(srq ? 0 : a.max_recv_dtos);
 	if (!ep->sendq || !ep->recvq) {
 		dfi_dto_pool_release(ia, ep->sendq);
 		dfi_dto_pool_release(ia, ep->recvq);
@@ -153,12 +198,38 @@ DAT_RETURN dfi_ep_create(DAT_IA_HANDLE h, DAT_PZ_HANDLE pzh, DAT_EVD_HANDLE recv
 	ep->conn_evd = conn;
 	ep->attr = a;
 	ep->state = DAT_EP_STATE_UNCONNECTED;
+	if (srq) {
+		rc = dfi_srq_attach(srq, ep);
+		if (rc != DAT_SUCCESS) {
+			dfi_dto_pool_release(ia, ep->sendq);
+			dfi_dto_pool_release(ia, ep->recvq);
+			dfi_obj_retire(ep);
+			return rc;
+		}
+	}
 	pthread_mutex_lock(&ia->lock);
 	pz->refs++;
 	pthread_mutex_unlock(&ia->lock);
 	ep_refs(ep, +1);
 	*out = ep;
 	return DAT_SUCCESS;
+}
+
+DAT_RETURN dfi_ep_create(DAT_IA_HANDLE h, DAT_PZ_HANDLE pzh, DAT_EVD_HANDLE recvh,
+			 DAT_EVD_HANDLE reqh, DAT_EVD_HANDLE connh,
+			 const DAT_EP_ATTR *attr, DAT_EP_HANDLE *out)
+{
+	return ep_create(h, pzh, recvh, reqh, connh, DAT_HANDLE_NULL, attr, out);
+}
+
+DAT_RETURN dfi_ep_create_with_srq(DAT_IA_HANDLE h, DAT_PZ_HANDLE pzh, DAT_EVD_HANDLE recvh,
+				  DAT_EVD_HANDLE reqh, DAT_EVD_HANDLE connh, DAT_SRQ_HANDLE srqh,
+				  const DAT_EP_ATTR *attr, DAT_EP_HANDLE *out)
+{
+	if (srqh == DAT_HANDLE_NULL)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_SRQ),
+				  "SRQ handle is NULL");
+	return ep_create(h, pzh, recvh, reqh, connh, srqh, attr, out);
 }
 
 #define EP_OR_REJECT(ep, h) do {						\
@@ -193,7 +264,7 @@ DAT_RETURN dfi_ep_query(DAT_EP_HANDLE h, DAT_EP_PARAM_MASK mask, DAT_EP_PARAM *p
 	p->recv_evd_handle = ep->recv_evd;
 	p->request_evd_handle = ep->req_evd;
 	p->connect_evd_handle = ep->conn_evd;
-	p->srq_handle = DAT_HANDLE_NULL;
+	p->srq_handle = ep->srq ? (DAT_SRQ_HANDLE)ep->srq : DAT_HANDLE_NULL;
 	p->ep_attr = ep->attr;
 	return DAT_SUCCESS;
 }
@@ -210,7 +281,9 @@ DAT_RETURN dfi_ep_get_status(DAT_EP_HANDLE h, DAT_EP_STATE *state, DAT_BOOLEAN *
 		*state = ep->state;
 		pthread_mutex_unlock(&ep->hdr.ia->cm_lock);
 	}
-	if (recv_idle) {
+	if (recv_idle && ep->srq) {
+		*recv_idle = dfi_srq_ep_idle(ep) ? DAT_TRUE : DAT_FALSE;
+	} else if (recv_idle) {
 		pthread_mutex_lock(&ep->recvq->lock);
 		*recv_idle = ep->recvq->outstanding + ep->recvq->undequeued == 0;
 		pthread_mutex_unlock(&ep->recvq->lock);
@@ -249,6 +322,7 @@ DAT_RETURN dfi_ep_reset(DAT_EP_HANDLE h)
 void dfi_ep_destroy(struct dfi_ep *ep)
 {
 	struct dfi_ia *ia = ep->hdr.ia;
+	struct dfi_srq *srq = ep->srq;
 
 	dfi_ep_close_fep(ep);
 	dfi_ep_flush_pending(ep);
@@ -256,6 +330,9 @@ void dfi_ep_destroy(struct dfi_ep *ep)
 	if (ep->rsp)
 		ep->rsp->ep = NULL;
 	pthread_mutex_unlock(&ia->cm_lock);
+	/* its private CQ: the last completions, then the SRQ's counts */
+	if (ep->srq)
+		dfi_srq_ep_detach(ep);
 	/* Completions of this EP still in a CQ are flushed through the EVDs
 	 * (their events name a freed EP); a pool with completions due stays
 	 * with the IA until it closes. */
@@ -270,6 +347,8 @@ void dfi_ep_destroy(struct dfi_ep *ep)
 	ep->pz->refs--;
 	pthread_mutex_unlock(&ia->lock);
 	dfi_obj_retire(ep);
+	if (srq)
+		dfi_srq_release(srq);
 }
 
 DAT_RETURN dfi_ep_free(DAT_EP_HANDLE h)

@@ -157,9 +157,9 @@ static void fill_ia_attr(struct dfi_ia *ia, DAT_IA_ATTR *a)
 	a->max_rdma_size = maxmsg;
 	a->max_rmrs = DFI_MAX_RMRS;	/* emulated: a registration per bind */
 	a->max_rmr_target_address = UINT64_C(0x00007fffffffffff);
-	a->max_srqs = 0;		/* SRQs come with the transport */
-	a->max_ep_per_srq = 0;
-	a->max_recv_per_srq = 0;
+	a->max_srqs = DFI_MAX_SRQS;	/* libfabric shared receive contexts (srq.c) */
+	a->max_ep_per_srq = DFI_MAX_EP_PER_SRQ;
+	a->max_recv_per_srq = DFI_MAX_RECV_PER_SRQ;
 	a->max_iov_segments_per_rdma_read = iov;
 	a->max_iov_segments_per_rdma_write = iov;
 	a->max_rdma_read_in = 16;
@@ -195,11 +195,11 @@ static void fill_provider_attr(struct dfi_ia *ia, DAT_PROVIDER_ATTR *a)
 		.ep_creator = DAT_PSP_CREATES_EP_NEVER,
 		.pz_support = DAT_PZ_UNIQUE,
 		.optimal_buffer_alignment = 64,
-		.srq_supported = DAT_FALSE,
-		.srq_watermarks_supported = 0,
+		.srq_supported = DAT_TRUE,
+		.srq_watermarks_supported = 1,	/* low, and EP soft/hard high */
 		.srq_ep_pz_difference_supported = DAT_FALSE,
-		.srq_info_supported = 0,
-		.ep_recv_info_supported = 0,
+		.srq_info_supported = 1,
+		.ep_recv_info_supported = 1,
 		.lmr_sync_req = DAT_FALSE,
 		.dto_async_return_guaranteed = DAT_FALSE,
 		.rdma_write_for_rdma_read_req = DAT_FALSE,
@@ -253,8 +253,8 @@ DAT_RETURN dfi_ia_query(DAT_IA_HANDLE h, DAT_EVD_HANDLE *async_evd,
 static void destroy_children(struct dfi_ia *ia)
 {
 	static const enum dfi_type order[] = {
-		DFI_T_EP, DFI_T_CR, DFI_T_PSP, DFI_T_RSP, DFI_T_RMR, DFI_T_LMR, DFI_T_PZ, DFI_T_EVD,
-		DFI_T_CNO,
+		DFI_T_EP, DFI_T_CR, DFI_T_PSP, DFI_T_RSP, DFI_T_RMR, DFI_T_SRQ, DFI_T_LMR, DFI_T_PZ,
+		DFI_T_EVD, DFI_T_CNO,
 	};
 
 	for (size_t k = 0; k < sizeof(order) / sizeof(order[0]); k++) {
@@ -281,6 +281,7 @@ static void destroy_children(struct dfi_ia *ia)
 			case DFI_T_EP: dfi_ep_destroy((struct dfi_ep *)victim); break;
 			case DFI_T_CR: dfi_cr_destroy((struct dfi_cr *)victim); break;
 			case DFI_T_RMR: dfi_rmr_destroy((struct dfi_rmr *)victim); break;
+			case DFI_T_SRQ: dfi_srq_destroy((struct dfi_srq *)victim); break;
 			case DFI_T_PSP: case DFI_T_RSP: dfi_sp_destroy((struct dfi_sp *)victim); break;
 			case DFI_T_LMR: dfi_lmr_destroy((struct dfi_lmr *)victim); break;
 			case DFI_T_PZ: dfi_pz_destroy((struct dfi_pz *)victim); break;

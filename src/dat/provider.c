@@ -178,6 +178,15 @@ static void fill_table(struct dfi_provider *p)
 	t->rmr_query_func = dfi_rmr_query;
 	t->rmr_bind_func = dfi_rmr_bind;
 	t->rmr_free_func = dfi_rmr_free;
+	t->srq_create_func = dfi_srq_create;
+	t->srq_free_func = dfi_srq_free;
+	t->srq_post_recv_func = dfi_srq_post_recv;
+	t->srq_query_func = dfi_srq_query;
+	t->srq_resize_func = dfi_srq_resize;
+	t->srq_set_lw_func = dfi_srq_set_lw;
+	t->ep_create_with_srq_func = dfi_ep_create_with_srq;
+	t->ep_recv_query_func = dfi_ep_recv_query;
+	t->ep_set_watermark_func = dfi_ep_set_watermark;
 	t->handle_extendedop_func = dfi_extendedop;
 }
 

@@ -29,15 +29,6 @@ static DAT_RETURN not_implemented(const char *slot, int *once)
 STUB(cr_handoff, (DAT_CR_HANDLE a1, DAT_CONN_QUAL a2))
 STUB(ep_modify, (DAT_EP_HANDLE a1, DAT_EP_PARAM_MASK a2, const DAT_EP_PARAM * a3))
 STUB(ep_dup_connect, (DAT_EP_HANDLE a1, DAT_EP_HANDLE a2, DAT_TIMEOUT a3, DAT_COUNT a4, const DAT_PVOID a5, DAT_QOS a6))
-STUB(ep_create_with_srq, (DAT_IA_HANDLE a1, DAT_PZ_HANDLE a2, DAT_EVD_HANDLE a3, DAT_EVD_HANDLE a4, DAT_EVD_HANDLE a5, DAT_SRQ_HANDLE a6, const DAT_EP_ATTR * a7, DAT_EP_HANDLE * a8))
-STUB(ep_recv_query, (DAT_EP_HANDLE a1, DAT_COUNT * a2, DAT_COUNT * a3))
-STUB(ep_set_watermark, (DAT_EP_HANDLE a1, DAT_COUNT a2, DAT_COUNT a3))
-STUB(srq_create, (DAT_IA_HANDLE a1, DAT_PZ_HANDLE a2, DAT_SRQ_ATTR * a3, DAT_SRQ_HANDLE * a4))
-STUB(srq_free, (DAT_SRQ_HANDLE a1))
-STUB(srq_post_recv, (DAT_SRQ_HANDLE a1, DAT_COUNT a2, DAT_LMR_TRIPLET * a3, DAT_DTO_COOKIE a4))
-STUB(srq_query, (DAT_SRQ_HANDLE a1, DAT_SRQ_PARAM_MASK a2, DAT_SRQ_PARAM * a3))
-STUB(srq_resize, (DAT_SRQ_HANDLE a1, DAT_COUNT a2))
-STUB(srq_set_lw, (DAT_SRQ_HANDLE a1, DAT_COUNT a2))
 STUB(csp_create, (DAT_IA_HANDLE a1, DAT_COMM * a2, DAT_IA_ADDRESS_PTR a3, DAT_EVD_HANDLE a4, DAT_CSP_HANDLE * a5))
 STUB(csp_query, (DAT_CSP_HANDLE a1, DAT_CSP_PARAM_MASK a2, DAT_CSP_PARAM * a3))
 STUB(csp_free, (DAT_CSP_HANDLE a1))
@@ -52,15 +43,6 @@ void dfi_fill_stubs(DAT_PROVIDER *p)
 	p->cr_handoff_func = stub_cr_handoff;
 	p->ep_modify_func = stub_ep_modify;
 	p->ep_dup_connect_func = stub_ep_dup_connect;
-	p->ep_create_with_srq_func = stub_ep_create_with_srq;
-	p->ep_recv_query_func = stub_ep_recv_query;
-	p->ep_set_watermark_func = stub_ep_set_watermark;
-	p->srq_create_func = stub_srq_create;
-	p->srq_free_func = stub_srq_free;
-	p->srq_post_recv_func = stub_srq_post_recv;
-	p->srq_query_func = stub_srq_query;
-	p->srq_resize_func = stub_srq_resize;
-	p->srq_set_lw_func = stub_srq_set_lw;
 	p->csp_create_func = stub_csp_create;
 	p->csp_query_func = stub_csp_query;
 	p->csp_free_func = stub_csp_free;

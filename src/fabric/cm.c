@@ -24,6 +24,10 @@ struct dfi_fep {
 	struct fi_info *info;
 };
 
+struct dfi_srx {
+	struct fid_ep *srx;
+};
+
 int dfi_eq_open(struct dfi_fabric *f, struct dfi_eq **out)
 {
 	struct fi_eq_attr attr = { .size = 4096, .wait_obj = FI_WAIT_FD };
@@ -200,9 +204,40 @@ int dfi_pep_reject(struct dfi_pep *p, void *req, const void *pdata, size_t plen)
 	return rc;
 }
 
+int dfi_srx_open(struct dfi_fabric *f, size_t size, size_t iov_limit, struct dfi_srx **out)
+{
+	struct fi_rx_attr attr = { .caps = FI_MSG, .size = size, .iov_limit = iov_limit };
+	struct dfi_srx *x = calloc(1, sizeof(*x));
+	int rc;
+
+	if (!x)
+		return -ENOMEM;
+	rc = fi_srx_context(f->domain, &attr, &x->srx, NULL);
+	if (rc) {
+		dfi_err(DFI_SS_FABRIC, "fi_srx_context(size %zu): %s", size, fi_strerror(-rc));
+		free(x);
+		return rc;
+	}
+	*out = x;
+	return 0;
+}
+
+void dfi_srx_close(struct dfi_srx *x)
+{
+	int rc;
+
+	if (!x)
+		return;
+	rc = fi_close(&x->srx->fid);
+	if (rc)
+		dfi_warn(DFI_SS_FABRIC, "fi_close(srx): %s", fi_strerror(-rc));
+	free(x);
+}
+
 int dfi_fep_open(struct dfi_fabric *f, struct dfi_eq *eq, void *req,
 		 const struct sockaddr_in *dest, struct dfi_cq *txcq, struct dfi_cq *rxcq,
-		 size_t tx_size, size_t rx_size, void *ctx, struct dfi_fep **out)
+		 struct dfi_srx *srx, size_t tx_size, size_t rx_size, void *ctx,
+		 struct dfi_fep **out)
 {
 	struct dfi_fep *e = calloc(1, sizeof(*e));
 	int rc;
@@ -240,6 +275,8 @@ int dfi_fep_open(struct dfi_fabric *f, struct dfi_eq *eq, void *req,
 		goto err;
 	}
 	rc = fi_ep_bind(e->ep, &eq->eq->fid, 0);
+	if (!rc && srx)
+		rc = fi_ep_bind(e->ep, &srx->srx->fid, 0);
 	if (!rc && txcq == rxcq)
 		rc = fi_ep_bind(e->ep, &txcq->cq->fid, FI_TRANSMIT | FI_RECV);
 	else {
@@ -432,6 +469,15 @@ int dfi_post_recv(struct dfi_fep *e, const struct dfi_sge *sg, int n, void *ctx)
 	int rc = fill_iov(sg, n, iov, desc);
 
 	return rc ? rc : post_rc(fi_recvv(e->ep, iov, desc, (size_t)n, 0, ctx));
+}
+
+int dfi_srx_post_recv(struct dfi_srx *x, const struct dfi_sge *sg, int n, void *ctx)
+{
+	struct iovec iov[4];
+	void *desc[4];
+	int rc = fill_iov(sg, n, iov, desc);
+
+	return rc ? rc : post_rc(fi_recvv(x->srx, iov, desc, (size_t)n, 0, ctx));
 }
 
 static int rma(struct dfi_fep *e, const struct dfi_sge *sg, int n, uint64_t raddr,

@@ -112,11 +112,22 @@ int dfi_cq_fd(struct dfi_cq *cq);
 /* Drive progress without reading completions. */
 void dfi_cq_progress(struct dfi_cq *cq);
 
+/* Shared receive contexts (DAT SRQs).  Receives posted to one are taken
+ * by whichever endpoint bound to it gets a message first; the completion
+ * goes to the CQ that endpoint bound with FI_RECV (libfabric tcp 1.17, as
+ * fi_endpoint(3) says), with the posting's ctx.  Closing one releases what
+ * is still posted without completions.  size: how many may be posted. */
+struct dfi_srx;
+int dfi_srx_open(struct dfi_fabric *f, size_t size, size_t iov_limit, struct dfi_srx **srx);
+void dfi_srx_close(struct dfi_srx *srx);
+
 /* Active endpoints.  Created from a connection request (passive side) or
- * for a destination (active side), bound to the EQ and CQs, enabled. */
+ * for a destination (active side), bound to the EQ and CQs (and to srx, if
+ * not NULL: its receives then come from there), enabled. */
 int dfi_fep_open(struct dfi_fabric *f, struct dfi_eq *eq, void *req,
 		 const struct sockaddr_in *dest, struct dfi_cq *txcq, struct dfi_cq *rxcq,
-		 size_t tx_size, size_t rx_size, void *ctx, struct dfi_fep **fep);
+		 struct dfi_srx *srx, size_t tx_size, size_t rx_size, void *ctx,
+		 struct dfi_fep **fep);
 int dfi_fep_connect(struct dfi_fep *fep, const void *pdata, size_t plen);
 int dfi_fep_accept(struct dfi_fep *fep, const void *pdata, size_t plen);
 int dfi_fep_shutdown(struct dfi_fep *fep);
@@ -131,6 +142,7 @@ struct dfi_sge {
 /* Post operations; ctx comes back in the completion.  -EAGAIN: queue full. */
 int dfi_post_send(struct dfi_fep *fep, const struct dfi_sge *sg, int n, void *ctx);
 int dfi_post_recv(struct dfi_fep *fep, const struct dfi_sge *sg, int n, void *ctx);
+int dfi_srx_post_recv(struct dfi_srx *srx, const struct dfi_sge *sg, int n, void *ctx);
 int dfi_post_write(struct dfi_fep *fep, const struct dfi_sge *sg, int n, uint64_t raddr,
 		   uint32_t rkey, void *ctx);
 int dfi_post_read(struct dfi_fep *fep, const struct dfi_sge *sg, int n, uint64_t raddr,

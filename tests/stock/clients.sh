@@ -81,6 +81,10 @@ add dtest-allsizes  dtest    "$IA"    -W -a -b 65536
 add dtestcm-poll    dtestcm  "$IA"    -c 100 -b 10
 add dtestcm-w       dtestcm  "$IA"    -c 100 -b 10 -w
 add dtestsrq-srq    dtestsrq "$IA"    -c 2 -B 4 -t 3 -b 1024
+add dtestsrq-srq-c4 dtestsrq "$IA"    -c 4 -B 8 -t 3 -b 1024
+# dtestsrq's async EVD holds 8 events: with more than 8 connections the
+# server's EP_BROKEN events may outrun it on a loaded machine (overflow)
+add dtestsrq-srq-c8 dtestsrq "$IA"    -c 8 -B 10 -t 10 -b 4096
 add dtestsrq-nosrq  dtestsrq "$IA"    -c 2 -B 4 -t 3 -b 1024 -S 0
 
 if [ "${CLIENTS_CASES:-}" = list ]; then
