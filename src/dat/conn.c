@@ -33,8 +33,16 @@ static DAT_RETURN sp_create(struct dfi_ia *ia, enum dfi_type type, DAT_CONN_QUAL
 	sp = dfi_obj_new(ia, type, sizeof(*sp));
 	if (!sp)
 		return DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_MEMORY);
+	/* Complete before the listen: a request may reach the progress thread
+	 * (handle_connreq) as soon as the port is open. */
+	sp->cr_evd = evd;
+	sp->conn_qual = *qual;
+	sp->flags = flags;
+	sp->ep = ep;
+	dfi_evq_ref(&evd->q);
 	rc = dfi_pep_listen(ia->fab, ia->eq, (uint16_t)(*qual & 0xffff), sp, &sp->pep, &port);
 	if (rc) {
+		dfi_evq_unref(&evd->q);
 		dfi_obj_retire(sp);
 		if (rc == -EADDRINUSE)
 			return DFI_REJECT(DFI_ERR(DAT_CONN_QUAL_IN_USE, 0),
@@ -42,11 +50,11 @@ static DAT_RETURN sp_create(struct dfi_ia *ia, enum dfi_type type, DAT_CONN_QUAL
 					  (unsigned long long)*qual);
 		return DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_MEMORY);
 	}
-	sp->cr_evd = evd;
-	sp->conn_qual = *qual ? *qual : port;	/* create_any: the port chosen */
-	sp->flags = flags;
-	sp->ep = ep;
-	dfi_evq_ref(&evd->q);
+	if (!*qual) {
+		pthread_mutex_lock(&ia->cm_lock);	/* what handle_connreq reads under */
+		sp->conn_qual = port;			/* create_any: the port chosen */
+		pthread_mutex_unlock(&ia->cm_lock);
+	}
 	*qual = sp->conn_qual;
 	*out = sp;
 	dfi_dbg(DFI_SS_CM, "%s %p listening on port %u", type == DFI_T_PSP ? "PSP" : "RSP",
