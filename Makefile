@@ -51,10 +51,10 @@ INTEG_SRCS := $(wildcard tests/integ/test_*.c)
 INTEG_BINS := $(patsubst tests/integ/%.c,$(B)/tests/%,$(INTEG_SRCS))
 DATCONF   := $(B)/dat.conf
 
-.PHONY: all lib tools tests check demo install uninstall clean deps help model
+.PHONY: all lib tools examples tests check demo install uninstall clean deps help model
 .DEFAULT_GOAL := all
 
-all: lib tools $(DATCONF) $(B)/dapl-ofi.pc
+all: lib tools examples $(DATCONF) $(B)/dapl-ofi.pc
 
 lib: $(LIB)
 tools: $(TOOLS)
@@ -73,6 +73,14 @@ $(B)/daplofi-info: $(call obj,tools/daplofi-info.c $(UTIL_SRCS))
 	$(CC) -o $@ $^ $(ALL_LDFLAGS) -ldat2
 
 $(B)/daplofi-demo: $(call obj,tools/daplofi-demo.c)
+	$(CC) -o $@ $^ $(ALL_LDFLAGS) -ldat2
+
+# Examples: teaching code (not installed), run by tests/examples.sh; like
+# any DAT program they link only -ldat2.
+EXAMPLES  := $(B)/upcall-echo
+examples: $(EXAMPLES)
+
+$(B)/upcall-echo: $(call obj,examples/upcall_echo.c)
 	$(CC) -o $@ $^ $(ALL_LDFLAGS) -ldat2
 
 # Unit tests link the event core directly (no libfabric, no registry).
@@ -123,7 +131,7 @@ demo: deps
 
 install: all
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(PKGCONFIGDIR) \
-		$(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man7 $(DESTDIR)$(DATADIR)/dapl-ofi \
+		$(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man3 $(DESTDIR)$(MANDIR)/man7 $(DESTDIR)$(DATADIR)/dapl-ofi \
 		$(DESTDIR)$(INCLUDEDIR)/dat2
 	install -m 755 $(LIB) $(DESTDIR)$(LIBDIR)/$(SONAME)
 	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/libdaplofi.so
@@ -131,6 +139,7 @@ install: all
 	install -m 644 $(B)/dapl-ofi.pc $(DESTDIR)$(PKGCONFIGDIR)/dapl-ofi.pc
 	install -m 644 $(wildcard include/dat2/*.h) $(DESTDIR)$(INCLUDEDIR)/dat2/
 	$(if $(wildcard man/*.1),install -m 644 $(wildcard man/*.1) $(DESTDIR)$(MANDIR)/man1/)
+	$(if $(wildcard man/*.3),install -m 644 $(wildcard man/*.3) $(DESTDIR)$(MANDIR)/man3/)
 	$(if $(wildcard man/*.7),install -m 644 $(wildcard man/*.7) $(DESTDIR)$(MANDIR)/man7/)
 	printf '%s\n' "# dapl-ofi entries: append to /etc/dat.conf, or name this file in DAT_OVERRIDE" \
 	  "ofi-lo u2.0 nonthreadsafe default $(SONAME) dapl.2.0 \"tcp lo\" \"\"" \
@@ -141,6 +150,8 @@ uninstall:
 	rm -f $(DESTDIR)$(LIBDIR)/$(SONAME) $(DESTDIR)$(LIBDIR)/libdaplofi.so \
 	      $(DESTDIR)$(BINDIR)/daplofi-info $(DESTDIR)$(BINDIR)/daplofi-demo $(DESTDIR)$(PKGCONFIGDIR)/dapl-ofi.pc \
 	      $(DESTDIR)$(DATADIR)/dapl-ofi/dat.conf $(DESTDIR)$(INCLUDEDIR)/dat2/dapl_ofi.h \
+	      $(DESTDIR)$(INCLUDEDIR)/dat2/dat_ofi_extensions.h \
+	      $(addprefix $(DESTDIR)$(MANDIR)/man3/,$(notdir $(wildcard man/*.3))) \
 	      $(addprefix $(DESTDIR)$(MANDIR)/man1/,$(notdir $(wildcard man/*.1))) \
 	      $(addprefix $(DESTDIR)$(MANDIR)/man7/,$(notdir $(wildcard man/*.7)))
 	-rmdir $(DESTDIR)$(DATADIR)/dapl-ofi
