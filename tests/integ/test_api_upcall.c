@@ -42,7 +42,7 @@
 #define SEC		(1000u * 1000u)
 #define NRECV		64		/* receives kept posted at the server */
 #define MSG		64		/* message size */
-#define MAXSEQ		(1u << 22)
+#define MAXSEQ		(1u << 24)	/* UPCALL_STRESS_EVENTS up to 1.6*10^7 */
 
 static void wd_fire(int sig)
 {

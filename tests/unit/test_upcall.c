@@ -16,7 +16,7 @@
 
 #define QLEN		64
 #define FLAGS		(DAT_EVD_SOFTWARE_FLAG | DAT_EVD_DTO_FLAG)
-#define MAXSEQ		(1u << 21)
+#define MAXSEQ		(1u << 24)	/* UPCALL_STRESS_EVENTS up to 1.5*10^7 */
 
 /* ------------------------------------------------------------ recorder */
 
