@@ -10,6 +10,7 @@
 #include "dfi.h"
 #include "fabric/fabric.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <string.h>
 
@@ -385,7 +386,6 @@ DAT_RETURN dfi_ep_connect(DAT_EP_HANDLE h, DAT_IA_ADDRESS_PTR addr, DAT_CONN_QUA
 	struct dfi_ia *ia;
 	int rc;
 
-	(void)timeout;	/* libfabric's own connect timeout applies */
 	(void)qos;
 	(void)flags;
 	if (!ep)
@@ -423,9 +423,17 @@ DAT_RETURN dfi_ep_connect(DAT_EP_HANDLE h, DAT_IA_ADDRESS_PTR addr, DAT_CONN_QUA
 			ep->state = DAT_EP_STATE_UNCONNECTED;
 		}
 	}
+	/* libfabric has no connect timeout of its own (a peer that accepts
+	 * the TCP connection and never answers leaves it pending forever):
+	 * the progress thread enforces DAT's (dfi_connect_timeouts). */
+	ep->connect_deadline = !rc && timeout != DAT_TIMEOUT_INFINITE ? dfi_deadline(timeout) : 0;
+	if (ep->connect_deadline)
+		ia->connect_timers = true;
 	pthread_mutex_unlock(&ia->cm_lock);
 	if (rc)
 		return DFI_ERR(DAT_INTERNAL_ERROR, 0);
+	if (ep->connect_deadline)
+		dfi_progress_kick(ia);	/* it may be asleep with no tick */
 	return DAT_SUCCESS;
 }
 
@@ -599,6 +607,9 @@ static void translate(struct dfi_ia *ia, struct dfi_cm_event *e, struct cm_post 
 		return;		/* an endpoint already closed */
 	switch (e->type) {
 	case DFI_CM_CONNECTED:
+		if (ep->state == DAT_EP_STATE_DISCONNECTED)
+			break;	/* too late: the connect timed out, and was shut down */
+		ep->connect_deadline = 0;
 		ep->state = DAT_EP_STATE_CONNECTED;
 		ep->established = true;
 		conn_event(p, ep, DAT_CONNECTION_EVENT_ESTABLISHED, e->pdata, e->plen);
@@ -626,6 +637,58 @@ static void translate(struct dfi_ia *ia, struct dfi_cm_event *e, struct cm_post 
 	default:
 		break;
 	}
+}
+
+bool dfi_connect_timeouts(struct dfi_ia *ia)
+{
+	struct cm_post posts[16];
+	uint64_t now = dfi_now_ns();
+	bool more = false;
+	int n = 0;
+
+	pthread_mutex_lock(&ia->cm_lock);
+	if (!ia->connect_timers) {
+		pthread_mutex_unlock(&ia->cm_lock);
+		return false;
+	}
+	pthread_mutex_lock(&ia->lock);	/* the object list; after cm_lock, as handle_connreq */
+	for (struct dfi_obj *o = ia->objs.next; o != &ia->objs; o = o->next) {
+		struct dfi_ep *ep = (struct dfi_ep *)o;
+
+		if (o->type != DFI_T_EP || !ep->connect_deadline)
+			continue;
+		if (ep->state != DAT_EP_STATE_ACTIVE_CONNECTION_PENDING) {
+			ep->connect_deadline = 0;	/* settled otherwise */
+			continue;
+		}
+		if (now < ep->connect_deadline || n == 16) {
+			more = true;
+			continue;
+		}
+		{
+			char a[INET_ADDRSTRLEN] = "?";
+
+			inet_ntop(AF_INET, &ep->remote.sin_addr, a, sizeof(a));
+			dfi_info(DFI_SS_CM, "EP %p: connect to %s:%u timed out", (void *)ep, a,
+				 ntohs(ep->remote.sin_port));
+		}
+		ep->connect_deadline = 0;
+		ep->state = DAT_EP_STATE_DISCONNECTED;	/* later CM events are ignored */
+		dfi_fep_shutdown(ep->fep);		/* give up the attempt */
+		memset(&posts[n], 0, sizeof(posts[n]));
+		conn_event(&posts[n], ep, DAT_CONNECTION_EVENT_TIMED_OUT, NULL, 0);
+		n++;
+	}
+	ia->connect_timers = more;
+	pthread_mutex_unlock(&ia->lock);
+	pthread_mutex_unlock(&ia->cm_lock);
+	for (int i = 0; i < n; i++) {
+		if (!posts[i].q)
+			continue;
+		dfi_evq_post(posts[i].q, &posts[i].ev);
+		dfi_evq_unref(posts[i].q);
+	}
+	return more;
 }
 
 int dfi_cm_handle(struct dfi_ia *ia)

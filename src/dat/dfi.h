@@ -111,6 +111,7 @@ struct dfi_ia {
 	/* kDAT upcall dispatcher (evd.c), started by the first upcall policy */
 	struct dfi_disp disp;
 	bool disp_on;			/* IA lock */
+	bool connect_timers;		/* a connect with a finite timeout pends (cm_lock) */
 };
 
 struct dfi_pz {
@@ -198,6 +199,7 @@ struct dfi_ep {
 	DAT_EP_ATTR attr;
 	DAT_EP_STATE state;		/* IA cm_lock */
 	struct dfi_fep *fep;		/* IA cm_lock */
+	uint64_t connect_deadline;	/* dat_ep_connect's timeout, ns; 0: none (cm_lock) */
 	struct dfi_dto_pool *sendq, *recvq;
 	int pending[64], npending;	/* recv descriptors posted before fep */
 	struct sockaddr_in remote;
@@ -407,6 +409,9 @@ void dfi_cr_destroy(struct dfi_cr *cr);
 void dfi_ep_close_fep(struct dfi_ep *ep);
 /* Handle every pending CM event; returns how many there were. */
 int dfi_cm_handle(struct dfi_ia *ia);
+/* Progress thread: connects past their DAT timeout end with TIMED_OUT.
+ * Returns whether a timed connect is still pending (keep ticking). */
+bool dfi_connect_timeouts(struct dfi_ia *ia);
 
 /* rmr.c */
 struct dfi_rmr;

@@ -213,6 +213,8 @@ static void *progress_main(void *arg)
 			ticking = poll_rcqs(ia, !rcq_retry);
 			batch_mark(ia);
 			rcq_retry = ticking;
+			if (dfi_connect_timeouts(ia))
+				ticking = true;		/* a timed connect pends */
 			tick_at = 0;
 		}
 		if (n <= 0)
@@ -241,6 +243,9 @@ static void *progress_main(void *arg)
 				if (read(ia->kick_fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
 					dfi_err(DFI_SS_FABRIC, "progress: kick read: %m");
 				if (poll_rcqs(ia, true))
+					ticking = true;
+				/* a kick also announces a connect with a timeout */
+				if (dfi_connect_timeouts(ia))
 					ticking = true;
 				continue;
 			}

@@ -656,6 +656,43 @@ static void test_no_listener_then_reset_reconnect(void **state)
 	alarm(0);
 }
 
+/* A peer that takes the TCP connection and never answers the connection
+ * request (a plain socket that never reads): the connect ends with
+ * TIMED_OUT naming the EP once dat_ep_connect's timeout has passed, not
+ * never (libfabric has no connect timeout of its own), and not early;
+ * after dat_ep_reset the EP connects for real. */
+static void test_connect_timeout_silent_peer(void **state)
+{
+	struct pair *p = *state;
+	struct sockaddr_in a = loopback();
+	socklen_t alen = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	uint64_t t0;
+	unsigned ms;
+
+	watchdog(__func__, 60);
+	assert_true(fd >= 0);
+	a.sin_port = 0;
+	assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(listen(fd, 16), 0);
+	assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &alen), 0);
+	t0 = now_ns();
+	assert_ok(dat_ep_connect(p->c.ep, (DAT_IA_ADDRESS_PTR)&a, ntohs(a.sin_port), 300 * MS,
+				 0, NULL, DAT_QOS_BEST_EFFORT, DAT_CONNECT_DEFAULT_FLAG));
+	expect_conn(p->c.conn, DAT_CONNECTION_EVENT_TIMED_OUT, p->c.ep, 5000, "client", NULL);
+	ms = ms_since(t0);
+	print_message("# TIMED_OUT after %u ms (timeout 300 ms)\n", ms);
+	if (ms < 290)
+		fail_msg("TIMED_OUT after %u ms, before the 300 ms timeout", ms);
+	assert_int_equal(ep_state(p->c.ep), DAT_EP_STATE_DISCONNECTED);
+	expect_empty(p->c.conn, 200, "client after TIMED_OUT");	/* nothing more */
+	close(fd);
+	assert_ok(dat_ep_reset(p->c.ep));
+	assert_int_equal(ep_state(p->c.ep), DAT_EP_STATE_UNCONNECTED);
+	establish(p);
+	alarm(0);
+}
+
 /* =========================================================== 2. data */
 
 /* Send/receive with 1..4 segments each way round: exact lengths and cookies
@@ -2636,6 +2673,7 @@ int main(int argc, char **argv)
 		TP(test_connect_accept_pdata),
 		TP(test_reject_then_reset_reconnect),
 		TP(test_no_listener_then_reset_reconnect),
+		TP(test_connect_timeout_silent_peer),
 		/* 2. data */
 		TP(test_send_recv_segments),
 		TP(test_rdma_write_read),
