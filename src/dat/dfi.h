@@ -358,6 +358,7 @@ DAT_RETURN dfi_ep_create(DAT_IA_HANDLE ia, DAT_PZ_HANDLE pz, DAT_EVD_HANDLE recv
 			 DAT_EVD_HANDLE req_evd, DAT_EVD_HANDLE conn_evd,
 			 const DAT_EP_ATTR *attr, DAT_EP_HANDLE *ep);
 DAT_RETURN dfi_ep_query(DAT_EP_HANDLE ep, DAT_EP_PARAM_MASK mask, DAT_EP_PARAM *param);
+DAT_RETURN dfi_ep_modify(DAT_EP_HANDLE ep, DAT_EP_PARAM_MASK mask, const DAT_EP_PARAM *param);
 DAT_RETURN dfi_ep_get_status(DAT_EP_HANDLE ep, DAT_EP_STATE *state, DAT_BOOLEAN *recv_idle,
 			     DAT_BOOLEAN *req_idle);
 DAT_RETURN dfi_ep_reset(DAT_EP_HANDLE ep);

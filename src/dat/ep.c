@@ -359,3 +359,156 @@ DAT_RETURN dfi_ep_free(DAT_EP_HANDLE h)
 	dfi_ep_destroy(ep);
 	return DAT_SUCCESS;
 }
+
+/* ------------------------------------------------------------ dat_ep_modify */
+
+/* What dat_ep_modify may change: the PZ, the three EVDs and the EP
+ * attributes, except the consumer-owned arrays (never kept, see
+ * ep_attr_resolve). */
+#define EP_MODIFIABLE (DAT_EP_FIELD_PZ_HANDLE | DAT_EP_FIELD_RECV_EVD_HANDLE |		\
+		       DAT_EP_FIELD_REQUEST_EVD_HANDLE | DAT_EP_FIELD_CONNECT_EVD_HANDLE |	\
+		       (DAT_EP_FIELD_EP_ATTR_ALL &					\
+			~(DAT_EP_FIELD_EP_ATTR_NUM_TRANSPORT_ATTR |			\
+			  DAT_EP_FIELD_EP_ATTR_TRANSPORT_SPECIFIC_ATTR |		\
+			  DAT_EP_FIELD_EP_ATTR_NUM_PROVIDER_ATTR |			\
+			  DAT_EP_FIELD_EP_ATTR_PROVIDER_SPECIFIC_ATTR)))
+
+/* The masked attribute fields of `from` over `to`. */
+static void ep_attr_merge(DAT_EP_ATTR *to, const DAT_EP_ATTR *from, DAT_EP_PARAM_MASK m)
+{
+#define TAKE(bit, field) do { if (m & (bit)) to->field = from->field; } while (0)
+	TAKE(DAT_EP_FIELD_EP_ATTR_SERVICE_TYPE, service_type);
+	TAKE(DAT_EP_FIELD_EP_ATTR_MAX_MESSAGE_SIZE, max_message_size);
+	TAKE(DAT_EP_FIELD_EP_ATTR_MAX_RDMA_SIZE, max_rdma_size);
+	TAKE(DAT_EP_FIELD_EP_ATTR_QOS, qos);
+	TAKE(DAT_EP_FIELD_EP_ATTR_RECV_COMPLETION_FLAGS, recv_completion_flags);
+	TAKE(DAT_EP_FIELD_EP_ATTR_REQUEST_COMPLETION_FLAGS, request_completion_flags);
+	TAKE(DAT_EP_FIELD_EP_ATTR_MAX_RECV_DTOS, max_recv_dtos);
+	TAKE(DAT_EP_FIELD_EP_ATTR_MAX_REQUEST_DTOS, max_request_dtos);
+	TAKE(DAT_EP_FIELD_EP_ATTR_MAX_RECV_IOV, max_recv_iov);
+	TAKE(DAT_EP_FIELD_EP_ATTR_MAX_REQUEST_IOV, max_request_iov);
+	TAKE(DAT_EP_FIELD_EP_ATTR_MAX_RDMA_READ_IN, max_rdma_read_in);
+	TAKE(DAT_EP_FIELD_EP_ATTR_MAX_RDMA_READ_OUT, max_rdma_read_out);
+	TAKE(DAT_EP_FIELD_EP_ATTR_SRQ_SOFT_HW, srq_soft_hw);
+	TAKE(DAT_EP_FIELD_EP_ATTR_MAX_RDMA_READ_IOV, max_rdma_read_iov);
+	TAKE(DAT_EP_FIELD_EP_ATTR_MAX_RDMA_WRITE_IOV, max_rdma_write_iov);
+#undef TAKE
+}
+
+static bool pool_idle(struct dfi_dto_pool *p)
+{
+	bool idle;
+
+	pthread_mutex_lock(&p->lock);
+	idle = p->outstanding + p->undequeued == 0;
+	pthread_mutex_unlock(&p->lock);
+	return idle;
+}
+
+/* dat_ep_modify: an EP that is UNCONNECTED, with nothing posted (early
+ * receives included) and nothing to reap, takes a new PZ, EVDs and
+ * attributes.  Everything is checked before anything changes; an EP of an
+ * SRQ keeps what it was created with. */
+DAT_RETURN dfi_ep_modify(DAT_EP_HANDLE h, DAT_EP_PARAM_MASK mask, const DAT_EP_PARAM *p)
+{
+	struct dfi_ep *ep;
+	struct dfi_ia *ia;
+	struct dfi_pz *pz;
+	struct dfi_evd *recv, *req, *conn;
+	struct dfi_dto_pool *sendq = NULL, *recvq = NULL;
+	DAT_EP_ATTR in, a;
+	DAT_RETURN rc;
+	bool busy;
+
+	EP_OR_REJECT(ep, h);
+	ia = ep->hdr.ia;
+	if (!mask || (mask & ~(DAT_EP_PARAM_MASK)EP_MODIFIABLE))
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2),
+				  "EP %p: mask 0x%llx: only the PZ, the EVDs and the EP attributes "
+				  "(not the consumer's attribute arrays) can be modified",
+				  (void *)ep, (unsigned long long)mask);
+	if (!p)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3),
+				  "EP param pointer is NULL");
+	if (ep->srq)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_STATE, 0),
+				  "EP %p takes its receives from SRQ %p: it keeps what it was "
+				  "created with", (void *)ep, (void *)ep->srq);
+	pz = mask & DAT_EP_FIELD_PZ_HANDLE ? dfi_pz_of(ia, p->pz_handle) : ep->pz;
+	if (!pz)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_PZ),
+				  "%p is not a PZ of this IA", (void *)p->pz_handle);
+	recv = ep->recv_evd;
+	req = ep->req_evd;
+	conn = ep->conn_evd;
+	if ((mask & DAT_EP_FIELD_RECV_EVD_HANDLE) &&
+	    !(recv = p->recv_evd_handle ? dfi_evd_of(ia, p->recv_evd_handle, DAT_EVD_DTO_FLAG) : NULL) &&
+	    p->recv_evd_handle)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EVD_RECV),
+				  "%p is not a DTO EVD of this IA", (void *)p->recv_evd_handle);
+	if ((mask & DAT_EP_FIELD_REQUEST_EVD_HANDLE) &&
+	    !(req = p->request_evd_handle ? dfi_evd_of(ia, p->request_evd_handle, DAT_EVD_DTO_FLAG) : NULL) &&
+	    p->request_evd_handle)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EVD_REQUEST),
+				  "%p is not a DTO EVD of this IA", (void *)p->request_evd_handle);
+	if ((mask & DAT_EP_FIELD_CONNECT_EVD_HANDLE) &&
+	    !(conn = p->connect_evd_handle ?
+		     dfi_evd_of(ia, p->connect_evd_handle, DAT_EVD_CONNECTION_FLAG) : NULL) &&
+	    p->connect_evd_handle)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EVD_CONN),
+				  "%p is not a connection EVD of this IA",
+				  (void *)p->connect_evd_handle);
+	in = ep->attr;
+	ep_attr_merge(&in, &p->ep_attr, mask);
+	rc = ep_attr_resolve(ia, &in, &a);
+	if (rc != DAT_SUCCESS)
+		return DAT_GET_SUBTYPE(rc) == DAT_INVALID_ARG6 ?
+		       DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3) : rc;
+	if (a.max_request_dtos != ep->attr.max_request_dtos &&
+	    !(sendq = dfi_dto_pool_new(a.max_request_dtos)))
+		return DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_MEMORY);
+	if (a.max_recv_dtos != ep->attr.max_recv_dtos &&
+	    !(recvq = dfi_dto_pool_new(a.max_recv_dtos))) {
+		dfi_dto_pool_release(ia, sendq);
+		return DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_MEMORY);
+	}
+
+	pthread_mutex_lock(&ia->cm_lock);
+	busy = ep->state != DAT_EP_STATE_UNCONNECTED || ep->fep || ep->npending ||
+	       !pool_idle(ep->sendq) || !pool_idle(ep->recvq);
+	if (!busy) {
+		ep_refs(ep, -1);	/* the old EVDs and their notification models */
+		ep->recv_evd = recv;
+		ep->req_evd = req;
+		ep->conn_evd = conn;
+		ep->attr = a;
+		ep_refs(ep, +1);
+		if (sendq) {
+			struct dfi_dto_pool *old = ep->sendq;
+
+			ep->sendq = sendq;
+			sendq = old;	/* released below */
+		}
+		if (recvq) {
+			struct dfi_dto_pool *old = ep->recvq;
+
+			ep->recvq = recvq;
+			recvq = old;
+		}
+		if (pz != ep->pz) {
+			pthread_mutex_lock(&ia->lock);	/* after cm_lock, as elsewhere */
+			ep->pz->refs--;
+			pz->refs++;
+			ep->pz = pz;
+			pthread_mutex_unlock(&ia->lock);
+		}
+	}
+	pthread_mutex_unlock(&ia->cm_lock);
+	dfi_dto_pool_release(ia, sendq);	/* the unused new ones, or the idle old ones */
+	dfi_dto_pool_release(ia, recvq);
+	if (busy)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_STATE, DAT_INVALID_STATE_EP_NOTREADY),
+				  "EP %p can be modified only unconnected, with no DTO posted or "
+				  "left to reap (dat_ep_reset and dequeue first)", (void *)ep);
+	return DAT_SUCCESS;
+}

@@ -155,6 +155,7 @@ static void fill_table(struct dfi_provider *p)
 	t->lmr_sync_rdma_write_func = dfi_lmr_sync_rdma_write;
 	t->ep_create_func = dfi_ep_create;
 	t->ep_query_func = dfi_ep_query;
+	t->ep_modify_func = dfi_ep_modify;
 	t->ep_get_status_func = dfi_ep_get_status;
 	t->ep_reset_func = dfi_ep_reset;
 	t->ep_free_func = dfi_ep_free;

@@ -27,7 +27,6 @@ static DAT_RETURN not_implemented(const char *slot, int *once)
 	}
 
 STUB(cr_handoff, (DAT_CR_HANDLE a1, DAT_CONN_QUAL a2))
-STUB(ep_modify, (DAT_EP_HANDLE a1, DAT_EP_PARAM_MASK a2, const DAT_EP_PARAM * a3))
 STUB(ep_dup_connect, (DAT_EP_HANDLE a1, DAT_EP_HANDLE a2, DAT_TIMEOUT a3, DAT_COUNT a4, const DAT_PVOID a5, DAT_QOS a6))
 STUB(csp_create, (DAT_IA_HANDLE a1, DAT_COMM * a2, DAT_IA_ADDRESS_PTR a3, DAT_EVD_HANDLE a4, DAT_CSP_HANDLE * a5))
 STUB(csp_query, (DAT_CSP_HANDLE a1, DAT_CSP_PARAM_MASK a2, DAT_CSP_PARAM * a3))
@@ -41,7 +40,6 @@ STUB(ia_ha_related, (DAT_IA_HANDLE a1, const DAT_NAME_PTR a2, DAT_BOOLEAN * a3))
 void dfi_fill_stubs(DAT_PROVIDER *p)
 {
 	p->cr_handoff_func = stub_cr_handoff;
-	p->ep_modify_func = stub_ep_modify;
 	p->ep_dup_connect_func = stub_ep_dup_connect;
 	p->csp_create_func = stub_csp_create;
 	p->csp_query_func = stub_csp_query;

@@ -1978,6 +1978,74 @@ static void test_stub_slots_not_implemented(void **state)
 
 /* ============================================================ endpoints */
 
+/* dat_ep_modify: an unconnected, idle EP takes new EVDs and attributes
+ * (dat_ep_query shows them, the EVD references move with them); a mask
+ * naming something else, a bad EVD or attribute is refused with the
+ * argument named and nothing changed; a posted receive makes it busy. */
+static void test_ep_modify(void **state)
+{
+	struct fx *f = *state;
+	DAT_EVD_HANDLE dto, conn;
+	DAT_EP_HANDLE ep;
+	DAT_EP_PARAM p, q;
+	DAT_LMR_TRIPLET t;
+	DAT_DTO_COOKIE c;
+	DAT_EVENT ev;
+	const DAT_EP_PARAM_MASK evds = DAT_EP_FIELD_RECV_EVD_HANDLE |
+		DAT_EP_FIELD_REQUEST_EVD_HANDLE | DAT_EP_FIELD_CONNECT_EVD_HANDLE;
+
+	assert_ok(dat_evd_create(f->ia, 64, DAT_HANDLE_NULL, DAT_EVD_DTO_FLAG, &dto));
+	assert_ok(dat_evd_create(f->ia, 8, DAT_HANDLE_NULL, DAT_EVD_CONNECTION_FLAG, &conn));
+	assert_ok(dat_ep_create(f->ia, f->pz, DAT_HANDLE_NULL, DAT_HANDLE_NULL, DAT_HANDLE_NULL,
+				NULL, &ep));
+	memset(&p, 0, sizeof(p));
+	p.recv_evd_handle = dto;
+	p.request_evd_handle = dto;
+	p.connect_evd_handle = conn;
+	p.ep_attr.max_recv_dtos = 32;
+	p.ep_attr.max_request_iov = 2;
+	/* refused, nothing changed */
+	assert_arg(dat_ep_modify(ep, DAT_EP_FIELD_IA_HANDLE, &p), DAT_INVALID_ARG2);
+	assert_arg(dat_ep_modify(ep, evds, NULL), DAT_INVALID_ARG3);
+	p.recv_evd_handle = f->evd;	/* a software EVD */
+	assert_rc(dat_ep_modify(ep, evds, &p),
+		  ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EVD_RECV));
+	p.recv_evd_handle = dto;
+	p.ep_attr.max_recv_iov = 1 << 20;
+	assert_arg(dat_ep_modify(ep, DAT_EP_FIELD_EP_ATTR_MAX_RECV_IOV, &p), DAT_INVALID_ARG3);
+	assert_ok(dat_ep_query(ep, DAT_EP_FIELD_ALL, &q));
+	assert_null(q.recv_evd_handle);
+	assert_int_equal(q.ep_attr.max_recv_dtos, 16);		/* the default still */
+	/* accepted */
+	assert_ok(dat_ep_modify(ep, evds | DAT_EP_FIELD_EP_ATTR_MAX_RECV_DTOS |
+				DAT_EP_FIELD_EP_ATTR_MAX_REQUEST_IOV, &p));
+	assert_ok(dat_ep_query(ep, DAT_EP_FIELD_ALL, &q));
+	assert_ptr_equal(q.recv_evd_handle, dto);
+	assert_ptr_equal(q.request_evd_handle, dto);
+	assert_ptr_equal(q.connect_evd_handle, conn);
+	assert_int_equal(q.ep_attr.max_recv_dtos, 32);
+	assert_int_equal(q.ep_attr.max_request_iov, 2);
+	assert_err(dat_evd_free(dto), DAT_INVALID_STATE);	/* the EP feeds it now */
+	/* a receive posted before any connection makes the EP busy */
+	memset(&t, 0, sizeof(t));
+	t.lmr_context = f->lctx;
+	t.virtual_address = (DAT_VADDR)(uintptr_t)f->buf;
+	t.segment_length = 64;
+	c.as_64 = 7;
+	assert_ok(dat_ep_post_recv(ep, 1, &t, c, DAT_COMPLETION_DEFAULT_FLAG));
+	assert_rc(dat_ep_modify(ep, DAT_EP_FIELD_EP_ATTR_MAX_RECV_DTOS, &p),
+		  ERR(DAT_INVALID_STATE, DAT_INVALID_STATE_EP_NOTREADY));
+	assert_ok(dat_ep_reset(ep));				/* flushes it */
+	assert_ok(dat_evd_dequeue(dto, &ev));
+	assert_int_equal(ev.event_data.dto_completion_event_data.status, DAT_DTO_ERR_FLUSHED);
+	/* back to no EVDs: the EVDs are free to go */
+	memset(&p, 0, sizeof(p));
+	assert_ok(dat_ep_modify(ep, evds, &p));
+	assert_ok(dat_evd_free(dto));
+	assert_ok(dat_evd_free(conn));
+	assert_ok(dat_ep_free(ep));
+}
+
 /* NULL attributes mean the defaults: 16 DTOs, 4 IOVs, 4 RDMA reads
  * (dat-clients.md 3.1); zero fields likewise. */
 static void test_ep_create_defaults(void **state)
@@ -2183,6 +2251,7 @@ int main(int argc, char **argv)
 		/* stubs */
 		TF(test_stub_slots_not_implemented),
 		TF(test_ep_create_defaults),
+		TF(test_ep_modify),
 		TF(test_ep_create_checks),
 		TF(test_ep_dependencies),
 	};
