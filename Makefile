@@ -44,17 +44,19 @@ CORE_SRCS   := $(UTIL_SRCS) $(EVENT_SRCS)
 obj = $(patsubst %.c,$(B)/obj/%.o,$(1))
 
 LIB       := $(B)/$(SONAME)
-TOOLS     := $(B)/daplofi-info $(B)/daplofi-demo
+TOOLS     := $(B)/daplofi-info $(B)/daplofi-demo $(B)/daplofi-perf
+# bench/compare's raw-libfabric counterpart of daplofi-perf (not installed)
+FIRAW     := $(B)/fi-raw
 UNIT_SRCS := $(wildcard tests/unit/test_*.c)
 UNIT_BINS := $(patsubst tests/unit/%.c,$(B)/tests/%,$(UNIT_SRCS))
 INTEG_SRCS := $(wildcard tests/integ/test_*.c)
 INTEG_BINS := $(patsubst tests/integ/%.c,$(B)/tests/%,$(INTEG_SRCS))
 DATCONF   := $(B)/dat.conf
 
-.PHONY: all lib tools examples tests check demo install uninstall clean deps help model
+.PHONY: all lib tools examples tests check demo bench bench-smoke install uninstall clean deps help model
 .DEFAULT_GOAL := all
 
-all: lib tools examples $(DATCONF) $(B)/dapl-ofi.pc
+all: lib tools examples $(FIRAW) $(DATCONF) $(B)/dapl-ofi.pc
 
 lib: $(LIB)
 tools: $(TOOLS)
@@ -82,6 +84,14 @@ examples: $(EXAMPLES)
 
 $(B)/upcall-echo: $(call obj,examples/upcall_echo.c)
 	$(CC) -o $@ $^ $(ALL_LDFLAGS) -ldat2
+
+# The benchmark links only -ldat2, like any DAT program; fi-raw links
+# libfabric directly and shares the test engine (tools/perf_common.h).
+$(B)/daplofi-perf: $(call obj,tools/daplofi-perf.c)
+	$(CC) -o $@ $^ $(ALL_LDFLAGS) -ldat2
+
+$(FIRAW): $(call obj,bench/fi-raw.c)
+	$(CC) -o $@ $^ $(ALL_LDFLAGS) $(FABRIC_LIBS)
 
 # Unit tests link the event core directly (no libfabric, no registry).
 $(UNIT_BINS): $(B)/tests/%: $(B)/obj/tests/unit/%.o $(call obj,$(CORE_SRCS))
@@ -125,9 +135,22 @@ check: deps
 # The Promela model of the upcall protocol, every configuration (model/README.md).
 model: ; @model/check.sh
 
+# The event core (daplofi-demo, well under a second), then data: a
+# daplofi-perf server and client on 127.0.0.1 (bench/demo, about 10 s).
 demo: deps
 	@$(MAKE) --no-print-directory all
 	@DAT_OVERRIDE=$(abspath $(DATCONF)) $(B)/daplofi-demo -P ofi-lo
+	@DAT_OVERRIDE=$(abspath $(DATCONF)) bench/demo $(B)
+
+# dapl-ofi against raw libfabric (fi_pingpong, fi-raw), 5 alternating runs
+# each, medians and ratios (a few minutes); the report also goes to
+# $(B)/bench-report.md.  bench-smoke: the same with tiny counts (seconds),
+# failing only if a program crashes, hangs or prints nonsense.
+bench: all
+	@DAT_OVERRIDE=$(abspath $(DATCONF)) bench/compare -B $(B) -o $(B)/bench-report.md
+
+bench-smoke: all
+	@DAT_OVERRIDE=$(abspath $(DATCONF)) bench/compare -B $(B) --smoke
 
 install: all
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(PKGCONFIGDIR) \
@@ -135,7 +158,7 @@ install: all
 		$(DESTDIR)$(INCLUDEDIR)/dat2
 	install -m 755 $(LIB) $(DESTDIR)$(LIBDIR)/$(SONAME)
 	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/libdaplofi.so
-	install -m 755 $(B)/daplofi-info $(B)/daplofi-demo $(DESTDIR)$(BINDIR)/
+	install -m 755 $(B)/daplofi-info $(B)/daplofi-demo $(B)/daplofi-perf $(DESTDIR)$(BINDIR)/
 	install -m 644 $(B)/dapl-ofi.pc $(DESTDIR)$(PKGCONFIGDIR)/dapl-ofi.pc
 	install -m 644 $(wildcard include/dat2/*.h) $(DESTDIR)$(INCLUDEDIR)/dat2/
 	$(if $(wildcard man/*.1),install -m 644 $(wildcard man/*.1) $(DESTDIR)$(MANDIR)/man1/)
@@ -148,7 +171,8 @@ install: all
 
 uninstall:
 	rm -f $(DESTDIR)$(LIBDIR)/$(SONAME) $(DESTDIR)$(LIBDIR)/libdaplofi.so \
-	      $(DESTDIR)$(BINDIR)/daplofi-info $(DESTDIR)$(BINDIR)/daplofi-demo $(DESTDIR)$(PKGCONFIGDIR)/dapl-ofi.pc \
+	      $(DESTDIR)$(BINDIR)/daplofi-info $(DESTDIR)$(BINDIR)/daplofi-demo \
+	      $(DESTDIR)$(BINDIR)/daplofi-perf $(DESTDIR)$(PKGCONFIGDIR)/dapl-ofi.pc \
 	      $(DESTDIR)$(DATADIR)/dapl-ofi/dat.conf $(DESTDIR)$(INCLUDEDIR)/dat2/dapl_ofi.h \
 	      $(DESTDIR)$(INCLUDEDIR)/dat2/dat_ofi_extensions.h \
 	      $(addprefix $(DESTDIR)$(MANDIR)/man3/,$(notdir $(wildcard man/*.3))) \
@@ -163,6 +187,8 @@ help:
 	@echo "make            build $(SONAME), tools and $(DATCONF) in $(B)/"
 	@echo "make check      install missing packages, build (gcc, clang, ASan+UBSan, TSan), run every test"
 	@echo "make demo       install missing packages, build, run the demo through the stock registry"
+	@echo "make bench      dapl-ofi against raw libfabric: 5 alternating runs, medians, ratios, targets"
+	@echo "make bench-smoke  the same in seconds, tiny counts: fails only if a program misbehaves"
 	@echo "make model      check the Promela model of the upcall protocol with spin"
 	@echo "make install    PREFIX=$(PREFIX) DESTDIR=..."
 	@echo "make clean"

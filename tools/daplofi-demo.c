@@ -160,7 +160,7 @@ int main(int argc, char **argv)
 	if (check(dat_evd_free(evd), "dat_evd_free") || check(dat_cno_free(cno), "dat_cno_free") ||
 	    check(dat_ia_close(ia, DAT_CLOSE_GRACEFUL_FLAG), "dat_ia_close"))
 		return 1;
-	printf("\nIA closed gracefully.  (Connections and data transfer arrive with the "
-	       "transport; see dapl-ofi(7).)\n");
+	printf("\nIA closed gracefully.  (Connections and data: daplofi-perf(1); upcalls: "
+	       "dat_evd_modify_upcall(3).)\n");
 	return 0;
 }

@@ -1,0 +1,883 @@
+/*
+ * fi-raw: the raw-libfabric counterpart of daplofi-perf, for bench/compare.
+ *
+ * It runs the very same test bodies (tools/perf_common.h) over libfabric
+ * directly, with the settings dapl-ofi uses (src/fabric/fabric.c, cm.c):
+ * FI_EP_MSG, FI_MSG|FI_RMA, FI_SOCKADDR_IN, mode FI_CONTEXT, mr_mode hints
+ * LOCAL|VIRT_ADDR|ALLOCATED|PROV_KEY and then VIRT_ADDR|PROV_KEY forced into
+ * the domain, FI_THREAD_SAFE, queues of 1024 asked for, node + FI_SOURCE,
+ * one EQ (FI_WAIT_FD) and a transmit and a receive CQ (FI_CQ_FORMAT_MSG,
+ * FI_WAIT_FD, 1024 entries), endpoint queues sized as the DAT EP's.
+ *
+ * So the difference between the two programs' figures is what dapl-ofi and
+ * the DAT registry add: nothing else differs.
+ *
+ *   fi-raw [-P prov] [-A local_addr] [-n port] ...            server
+ *   fi-raw [-P prov] [-A local_addr] -h host -t ... -m poll|wait   client
+ *   fi-raw -t wake [-m poll|wait]       thread wake-up floor (eventfd)
+ *
+ * Modes: poll = fi_cq_read spinning; wait = fi_cq_read, fi_trywait, then
+ * poll(2) on the CQ's fd (FI_GETWAIT): the blocking pattern of
+ * man fi_poll(3).  Options and output are daplofi-perf's (--help).
+ */
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_eq.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
+
+#include "../tools/perf_common.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+
+#define TOOL		"fi-raw"
+#define FIRAW_FI_VERSION FI_VERSION(1, 17)
+#define CQ_BATCH	16
+
+static struct perf_opts opts = { .prog = TOOL };
+static const char *local_addr = "127.0.0.1";
+
+static int fi_fail(int rc, const char *call)
+{
+	fprintf(stderr, "%s: %s: %s (%d)\n", TOOL, call, fi_strerror(rc < 0 ? -rc : rc), rc);
+	return PERF_ERR;
+}
+
+struct raw_x {
+	const char *who;
+	int mode;
+	struct fi_info *info;		/* fabric_open's, VIRT_ADDR|PROV_KEY forced */
+	struct fid_fabric *fabric;
+	struct fid_domain *domain;
+	struct fid_eq *eq;
+	struct fid_pep *pep;
+	struct fid_ep *ep;
+	struct fid_cq *txcq, *rxcq;
+	int txfd, rxfd;
+	struct fid_mr *mr;
+	void *desc;
+	uint8_t *buf;			/* rx | rdma | tx */
+	size_t region;
+	uint64_t peer_addr, peer_key;
+	struct fi_context fctx[2];	/* op contexts (FI_CONTEXT is asked for) */
+	bool server;
+	struct sockaddr_in peer;	/* client: the server */
+	/* conn: the endpoints of a phase and their shared CQs */
+	struct fid_ep **ceps;
+	uint32_t nceps;
+	struct fid_cq *ctx_cq, *crx_cq;
+	uint64_t retry_until;		/* a refused post is retried until then */
+};
+
+/* ------------------------------------------------------------ transport */
+
+/* A post refused with -FI_EAGAIN (queue full) is retried after a progress
+ * pass, for at most -T. */
+static bool retry(struct raw_x *x, struct fid_cq *cq)
+{
+	if (!x->retry_until)
+		x->retry_until = perf_now() + (uint64_t)opts.timeout_s * 1000000000u;
+	return perf_now() <= x->retry_until && fi_cq_read(cq, NULL, 0) >= -FI_EAGAIN;
+}
+
+static int x_post_send(void *p, size_t len)
+{
+	struct raw_x *x = p;
+	ssize_t rc;
+
+	x->retry_until = 0;
+	do
+		rc = fi_send(x->ep, x->buf + 2 * x->region, len, x->desc, 0, &x->fctx[0]);
+	while (rc == -FI_EAGAIN && retry(x, x->txcq));
+	return rc ? fi_fail((int)rc, "fi_send") : 0;
+}
+
+static int x_post_recv(void *p)
+{
+	struct raw_x *x = p;
+	ssize_t rc;
+
+	x->retry_until = 0;
+	do
+		rc = fi_recv(x->ep, x->buf, x->region, x->desc, 0, &x->fctx[1]);
+	while (rc == -FI_EAGAIN && retry(x, x->rxcq));
+	return rc ? fi_fail((int)rc, "fi_recv") : 0;
+}
+
+static int x_post_write(void *p, size_t len)
+{
+	struct raw_x *x = p;
+	ssize_t rc;
+
+	x->retry_until = 0;
+	do
+		rc = fi_write(x->ep, x->buf + 2 * x->region, len, x->desc, 0, x->peer_addr,
+			      x->peer_key, &x->fctx[0]);
+	while (rc == -FI_EAGAIN && retry(x, x->txcq));
+	return rc ? fi_fail((int)rc, "fi_write") : 0;
+}
+
+static int x_post_read(void *p, size_t len)
+{
+	struct raw_x *x = p;
+	ssize_t rc;
+
+	x->retry_until = 0;
+	do
+		rc = fi_read(x->ep, x->buf + x->region, len, x->desc, 0, x->peer_addr,
+			     x->peer_key, &x->fctx[0]);
+	while (rc == -FI_EAGAIN && retry(x, x->txcq));
+	return rc ? fi_fail((int)rc, "fi_read") : 0;
+}
+
+static int cq_error(struct raw_x *x, struct fid_cq *cq, const char *which)
+{
+	struct fi_cq_err_entry err;
+	char buf[256];
+
+	memset(&err, 0, sizeof(err));
+	if (fi_cq_readerr(cq, &err, 0) < 0)
+		return fi_fail(-FI_EAVAIL, "fi_cq_read");
+	fprintf(stderr, "%s: %s: %s completion error: %s (%s)\n", TOOL, x->who, which,
+		fi_strerror(err.err), fi_cq_strerror(cq, err.prov_errno, err.err_data, buf,
+						      sizeof(buf)));
+	return PERF_ERR;
+}
+
+/* Up to max completions of cq; deadline 0: no waiting.  Count (0 if none
+ * and no deadline), PERF_TIMEDOUT or PERF_ERR. */
+static int cq_get(struct raw_x *x, struct fid_cq *cq, int fd, struct fi_cq_msg_entry *e,
+		  int max, uint64_t deadline, const char *which)
+{
+	unsigned spins = 0;
+
+	for (;;) {
+		ssize_t n = fi_cq_read(cq, e, (size_t)max);
+
+		if (n > 0)
+			return (int)n;
+		if (n == -FI_EAVAIL)
+			return cq_error(x, cq, which);
+		if (n != -FI_EAGAIN)
+			return fi_fail((int)n, "fi_cq_read");
+		if (!deadline)
+			return 0;
+		if (x->mode == M_WAIT) {
+			struct fid *f = &cq->fid;
+			uint64_t t = perf_now();
+			struct pollfd pfd = { .fd = fd, .events = POLLIN };
+			int rc;
+
+			if (t >= deadline)
+				return PERF_TIMEDOUT;
+			rc = fi_trywait(x->fabric, &f, 1);
+			if (rc == -FI_EAGAIN)
+				continue;
+			if (rc)
+				return fi_fail(rc, "fi_trywait");
+			rc = poll(&pfd, 1, (int)((deadline - t + 999999) / 1000000));
+			if (rc < 0 && errno != EINTR) {
+				perror(TOOL ": poll");
+				return PERF_ERR;
+			}
+		} else if (++spins == 4096) {
+			spins = 0;
+			if (perf_now() > deadline)
+				return PERF_TIMEDOUT;
+		}
+	}
+}
+
+static int x_recv_done(void *p, size_t *len, uint64_t deadline)
+{
+	struct raw_x *x = p;
+	struct fi_cq_msg_entry e;
+	int n = cq_get(x, x->rxcq, x->rxfd, &e, 1, deadline, "receive");
+
+	if (n == 1) {
+		*len = e.len;
+		return PERF_OK;
+	}
+	return n == 0 ? PERF_TIMEDOUT : n;
+}
+
+static int x_req_done(void *p, uint64_t deadline)
+{
+	struct raw_x *x = p;
+	struct fi_cq_msg_entry e[CQ_BATCH];
+	int n = cq_get(x, x->txcq, x->txfd, e, CQ_BATCH, deadline, "request"), more;
+
+	/* waited for one: take what else is there, as a DAT consumer does */
+	while (n > 0 && deadline && (more = cq_get(x, x->txcq, x->txfd, e, CQ_BATCH, 0,
+						   "request")) > 0)
+		n += more;
+	return n;
+}
+
+/* ----------------------------------------------------------------- conn */
+
+#define CONN_MAGIC 0x44505243u		/* "DPRC": a conn-test endpoint */
+
+static int cq_open(struct raw_x *x, struct fid_cq **cq, int *fd);
+
+/* An endpoint as dapl-ofi's dfi_fep_open makes one: from a connection
+ * request, or a copy of the fabric's info aimed at the server. */
+static int conn_ep(struct raw_x *x, struct fi_info *req, struct fid_ep **ep)
+{
+	struct fi_info *ei = req;
+	int rc;
+
+	if (!ei) {
+		ei = fi_dupinfo(x->info);
+		if (!ei)
+			return fi_fail(-FI_ENOMEM, "fi_dupinfo");
+		free(ei->dest_addr);
+		ei->dest_addr = malloc(sizeof(x->peer));
+		if (!ei->dest_addr)
+			return fi_fail(-FI_ENOMEM, "malloc");
+		memcpy(ei->dest_addr, &x->peer, sizeof(x->peer));
+		ei->dest_addrlen = sizeof(x->peer);
+		if (ei->src_addr)
+			((struct sockaddr_in *)ei->src_addr)->sin_port = 0;
+	}
+	ei->tx_attr->size = 16;		/* DAT's default queue depths */
+	ei->rx_attr->size = 16;
+	rc = fi_endpoint(x->domain, ei, ep, NULL);
+	if (!rc && !(rc = fi_ep_bind(*ep, &x->eq->fid, 0)) &&
+	    !(rc = fi_ep_bind(*ep, &x->ctx_cq->fid, FI_TRANSMIT)) &&
+	    !(rc = fi_ep_bind(*ep, &x->crx_cq->fid, FI_RECV)))
+		rc = fi_enable(*ep);
+	fi_freeinfo(ei);
+	return rc ? fi_fail(rc, "conn: opening an endpoint") : 0;
+}
+
+/* One EQ event within -T (the CQs are progressed meanwhile: tcp moves a
+ * shutdown to the EQ only then). */
+static int conn_event(struct raw_x *x, uint32_t *ev, struct fi_eq_cm_entry *ent, size_t size,
+		      size_t *len)
+{
+	uint64_t deadline = perf_now() + (uint64_t)opts.timeout_s * 1000000000u;
+
+	for (;;) {
+		ssize_t n = fi_eq_sread(x->eq, ev, ent, size, 1, 0);
+
+		if (n >= 0) {
+			*len = (size_t)n;
+			return 0;
+		}
+		if (n == -FI_EAVAIL) {
+			struct fi_eq_err_entry err;
+
+			memset(&err, 0, sizeof(err));
+			fi_eq_readerr(x->eq, &err, 0);
+			fprintf(stderr, "%s: %s: conn: connection error: %s\n", TOOL, x->who,
+				fi_strerror(err.err));
+			return PERF_ERR;
+		}
+		if (n != -FI_EAGAIN && n != -FI_ETIMEDOUT)
+			return fi_fail((int)n, "fi_eq_sread");
+		fi_cq_read(x->crx_cq, NULL, 0);
+		if (perf_now() > deadline) {
+			fprintf(stderr, "%s: %s: conn: no connection event within %u s (-T)\n",
+				TOOL, x->who, opts.timeout_s);
+			return PERF_ERR;
+		}
+	}
+}
+
+static int x_conn_up(void *p, uint32_t n, uint32_t window)
+{
+	struct raw_x *x = p;
+	_Alignas(struct fi_eq_cm_entry) uint8_t raw[sizeof(struct fi_eq_cm_entry) + 256];
+	struct fi_eq_cm_entry *ent = (struct fi_eq_cm_entry *)raw;
+	uint32_t posted = 0, up = 0, ev;
+	uint8_t pd[8];
+	size_t len;
+	int fd, rc;
+
+	x->ceps = calloc(n, sizeof(*x->ceps));
+	if (!x->ceps || cq_open(x, &x->ctx_cq, &fd) || cq_open(x, &x->crx_cq, &fd))
+		return PERF_ERR;
+	x->nceps = 0;
+	while (up < n) {
+		while (!x->server && posted < n && posted - up < window) {
+			if (conn_ep(x, NULL, &x->ceps[posted]))
+				return PERF_ERR;
+			x->nceps = posted + 1;
+			perf_put32(pd, CONN_MAGIC);
+			perf_put32(pd + 4, posted);
+			if ((rc = fi_connect(x->ceps[posted], &x->peer, pd, sizeof(pd))))
+				return fi_fail(rc, "fi_connect");
+			posted++;
+		}
+		if (conn_event(x, &ev, ent, sizeof(raw), &len))
+			return PERF_ERR;
+		if (ev == FI_CONNECTED) {
+			up++;
+			continue;
+		}
+		if (ev != FI_CONNREQ || !x->server || posted == n) {
+			fprintf(stderr, "%s: %s: conn: EQ event %u\n", TOOL, x->who, ev);
+			return PERF_ERR;
+		}
+		if (len < sizeof(*ent) + 8 || perf_get32(raw + sizeof(*ent)) != CONN_MAGIC) {
+			fprintf(stderr, "%s: server: conn: a request that is not the client's\n",
+				TOOL);
+			fi_reject(x->pep, ent->info->handle, NULL, 0);
+			fi_freeinfo(ent->info);
+			return PERF_ERR;
+		}
+		if (conn_ep(x, ent->info, &x->ceps[posted]))
+			return PERF_ERR;
+		x->nceps = ++posted;
+		if ((rc = fi_accept(x->ceps[posted - 1], NULL, 0)))
+			return fi_fail(rc, "fi_accept");
+	}
+	return 0;
+}
+
+static int x_conn_down(void *p, uint32_t n)
+{
+	struct raw_x *x = p;
+	struct fi_eq_cm_entry ent;
+	uint32_t ev;
+	size_t len;
+	int rc;
+
+	if (!x->server)
+		for (uint32_t i = 0; i < n; i++)
+			if ((rc = fi_shutdown(x->ceps[i], 0)))
+				return fi_fail(rc, "fi_shutdown");
+	for (uint32_t i = 0; i < n; i++) {
+		if (conn_event(x, &ev, &ent, sizeof(ent), &len))
+			return PERF_ERR;
+		if (ev != FI_SHUTDOWN) {
+			fprintf(stderr, "%s: %s: conn: EQ event %u, expected FI_SHUTDOWN\n", TOOL,
+				x->who, ev);
+			return PERF_ERR;
+		}
+	}
+	for (uint32_t i = 0; i < x->nceps; i++)
+		fi_close(&x->ceps[i]->fid);
+	fi_close(&x->ctx_cq->fid);
+	fi_close(&x->crx_cq->fid);
+	free(x->ceps);
+	x->ceps = NULL;
+	x->nceps = 0;
+	return 0;
+}
+
+static const struct perf_ops raw_ops = {
+	.post_send = x_post_send, .post_recv = x_post_recv,
+	.post_write = x_post_write, .post_read = x_post_read,
+	.recv_done = x_recv_done, .req_done = x_req_done,
+	.conn_up = x_conn_up, .conn_down = x_conn_down,
+};
+
+/* -------------------------------------------------------------- set-up */
+
+/* dapl-ofi's dfi_fabric_open, hint for hint. */
+static int fabric_open(struct raw_x *x)
+{
+	struct fi_info *h = fi_allocinfo();
+	struct fi_eq_attr eqa = { .size = 4096, .wait_obj = FI_WAIT_FD };
+	int rc;
+
+	if (!h)
+		return fi_fail(-FI_ENOMEM, "fi_allocinfo");
+	h->ep_attr->type = FI_EP_MSG;
+	h->caps = FI_MSG | FI_RMA;
+	h->addr_format = FI_SOCKADDR_IN;
+	h->mode = FI_CONTEXT;
+	h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED |
+				  FI_MR_PROV_KEY;
+	h->domain_attr->threading = FI_THREAD_SAFE;
+	h->fabric_attr->prov_name = strdup(opts.name);
+	h->tx_attr->size = 1024;
+	h->rx_attr->size = 1024;
+	rc = fi_getinfo(FIRAW_FI_VERSION, local_addr, NULL, FI_SOURCE, h, &x->info);
+	if (rc == -FI_ENODATA) {
+		h->tx_attr->size = 0;
+		h->rx_attr->size = 0;
+		rc = fi_getinfo(FIRAW_FI_VERSION, local_addr, NULL, FI_SOURCE, h, &x->info);
+	}
+	fi_freeinfo(h);
+	if (rc) {
+		fprintf(stderr, "%s: no FI_EP_MSG endpoint with FI_MSG|FI_RMA from provider '%s' "
+			"on %s\n", TOOL, opts.name, local_addr);
+		return fi_fail(rc, "fi_getinfo");
+	}
+	x->info->domain_attr->mr_mode |= FI_MR_VIRT_ADDR | FI_MR_PROV_KEY;
+	if ((rc = fi_fabric(x->info->fabric_attr, &x->fabric, NULL)))
+		return fi_fail(rc, "fi_fabric");
+	if ((rc = fi_domain(x->fabric, x->info, &x->domain, NULL)))
+		return fi_fail(rc, "fi_domain");
+	if ((rc = fi_eq_open(x->fabric, &eqa, &x->eq, NULL)))
+		return fi_fail(rc, "fi_eq_open");
+	return 0;
+}
+
+static int cq_open(struct raw_x *x, struct fid_cq **cq, int *fd)
+{
+	struct fi_cq_attr a = { .size = 1024, .format = FI_CQ_FORMAT_MSG, .wait_obj = FI_WAIT_FD };
+	int rc = fi_cq_open(x->domain, &a, cq, NULL);
+
+	if (rc)
+		return fi_fail(rc, "fi_cq_open");
+	rc = fi_control(&(*cq)->fid, FI_GETWAIT, fd);
+	return rc ? fi_fail(rc, "fi_control(FI_GETWAIT)") : 0;
+}
+
+/* CQs, the buffer and its MR, the endpoint (from a connection request, or
+ * towards dest), bound and enabled. */
+static int resources(struct raw_x *x, const struct perf_plan *pl, struct fi_info *req,
+		     const struct sockaddr_in *dest)
+{
+	struct fi_info *ei = req;
+	int rc;
+
+	x->mode = pl->mode;
+	if (cq_open(x, &x->txcq, &x->txfd) || cq_open(x, &x->rxcq, &x->rxfd))
+		return PERF_ERR;
+	x->region = (perf_max_size(pl) + 4095) & ~(size_t)4095;
+	x->buf = aligned_alloc(4096, 3 * x->region);
+	if (!x->buf) {
+		fprintf(stderr, "%s: no memory for 3 x %zu bytes\n", TOOL, x->region);
+		return PERF_ERR;
+	}
+	memset(x->buf, 0, 3 * x->region);
+	rc = fi_mr_reg(x->domain, x->buf, 3 * x->region, FI_SEND | FI_RECV | FI_READ | FI_WRITE |
+		       FI_REMOTE_READ | FI_REMOTE_WRITE, 0, 0, 0, &x->mr, NULL);
+	if (rc)
+		return fi_fail(rc, "fi_mr_reg");
+	x->desc = fi_mr_desc(x->mr);
+	if (!ei) {
+		ei = fi_dupinfo(x->info);
+		if (!ei)
+			return fi_fail(-FI_ENOMEM, "fi_dupinfo");
+		free(ei->dest_addr);
+		ei->dest_addr = malloc(sizeof(*dest));
+		if (!ei->dest_addr)
+			return fi_fail(-FI_ENOMEM, "malloc");
+		memcpy(ei->dest_addr, dest, sizeof(*dest));
+		ei->dest_addrlen = sizeof(*dest);
+		if (ei->src_addr)
+			((struct sockaddr_in *)ei->src_addr)->sin_port = 0;
+	}
+	ei->tx_attr->size = (size_t)perf_req_depth(pl);
+	ei->rx_attr->size = (size_t)perf_recv_depth(pl);
+	rc = fi_endpoint(x->domain, ei, &x->ep, NULL);
+	if (rc)
+		return fi_fail(rc, "fi_endpoint");
+	if ((rc = fi_ep_bind(x->ep, &x->eq->fid, 0)) ||
+	    (rc = fi_ep_bind(x->ep, &x->txcq->fid, FI_TRANSMIT)) ||
+	    (rc = fi_ep_bind(x->ep, &x->rxcq->fid, FI_RECV)) || (rc = fi_enable(x->ep)))
+		return fi_fail(rc, "binding/enabling the endpoint");
+	if (ei != req)
+		fi_freeinfo(ei);
+	return 0;
+}
+
+/* One EQ event within -T.  *len: bytes of entry (the CM data follows the
+ * fi_eq_cm_entry).  Events other than `want` are errors. */
+static int eq_wait(struct raw_x *x, uint32_t want, uint8_t *entry, size_t size, size_t *len)
+{
+	uint32_t ev = 0;
+	ssize_t n = fi_eq_sread(x->eq, &ev, entry, size, (int)opts.timeout_s * 1000, 0);
+
+	if (n == -FI_EAVAIL) {
+		struct fi_eq_err_entry err;
+
+		memset(&err, 0, sizeof(err));
+		fi_eq_readerr(x->eq, &err, 0);
+		fprintf(stderr, "%s: %s: connection error: %s%s\n", TOOL, x->who,
+			fi_strerror(err.err), err.err == ECONNREFUSED ?
+			" (nobody listening? start the server first)" : "");
+		return PERF_ERR;
+	}
+	if (n == -FI_EAGAIN || n == -FI_ETIMEDOUT) {
+		fprintf(stderr, "%s: %s: no connection event within %u s (-T)\n", TOOL, x->who,
+			opts.timeout_s);
+		return PERF_ERR;
+	}
+	if (n < 0)
+		return fi_fail((int)n, "fi_eq_sread");
+	if (ev != want) {
+		fprintf(stderr, "%s: %s: EQ event %u, expected %u\n", TOOL, x->who, ev, want);
+		return PERF_ERR;
+	}
+	*len = (size_t)n;
+	return 0;
+}
+
+/* The shutdown reaches the EQ only with CQ progress (tcp 1.17). */
+static int wait_shutdown(struct raw_x *x)
+{
+	uint64_t deadline = perf_now() + (uint64_t)opts.timeout_s * 1000000000u;
+	struct fi_cq_msg_entry e;
+	struct fi_eq_cm_entry ent;
+	uint32_t ev;
+
+	while (perf_now() < deadline) {
+		ssize_t n = fi_eq_read(x->eq, &ev, &ent, sizeof(ent), 0);
+
+		if (n >= 0 && ev == FI_SHUTDOWN)
+			return 0;
+		if (n == -FI_EAVAIL) {
+			struct fi_eq_err_entry err;
+
+			memset(&err, 0, sizeof(err));
+			fi_eq_readerr(x->eq, &err, 0);
+		}
+		while (fi_cq_read(x->rxcq, &e, 1) != -FI_EAGAIN) {
+			struct fi_cq_err_entry err;
+
+			memset(&err, 0, sizeof(err));
+			if (fi_cq_readerr(x->rxcq, &err, 0) < 0)
+				break;
+		}
+		fi_cq_read(x->txcq, NULL, 0);
+		usleep(200);
+	}
+	fprintf(stderr, "%s: %s: no FI_SHUTDOWN within %u s (-T)\n", TOOL, x->who, opts.timeout_s);
+	return PERF_ERR;
+}
+
+static void close_all(struct raw_x *x)
+{
+	if (x->ep)
+		fi_close(&x->ep->fid);
+	if (x->pep)
+		fi_close(&x->pep->fid);
+	if (x->mr)
+		fi_close(&x->mr->fid);
+	if (x->txcq)
+		fi_close(&x->txcq->fid);
+	if (x->rxcq)
+		fi_close(&x->rxcq->fid);
+	if (x->eq)
+		fi_close(&x->eq->fid);
+	if (x->domain)
+		fi_close(&x->domain->fid);
+	if (x->fabric)
+		fi_close(&x->fabric->fid);
+	fi_freeinfo(x->info);
+	free(x->buf);
+}
+
+static void run_init(struct perf_run *r, struct raw_x *x, const struct perf_plan *pl,
+		     struct perf_out *out, bool server)
+{
+	memset(r, 0, sizeof(*r));
+	r->ops = &raw_ops;
+	r->x = x;
+	r->tool = TOOL;
+	r->server = server;
+	r->plan = pl;
+	r->rx = x->buf;
+	r->rdma = x->buf + x->region;
+	r->tx = x->buf + 2 * x->region;
+	r->region = x->region;
+	r->req_depth = perf_req_depth(pl);
+	r->timeout_ns = (uint64_t)opts.timeout_s * 1000000000u;
+	r->prog.quiet = opts.quiet || server;
+	r->prog.tty = isatty(2);
+	r->out = out;
+}
+
+static int post_recvs(struct perf_run *r, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (r->ops->post_recv(r->x))
+			return PERF_ERR;
+	return 0;
+}
+
+static int server(void)
+{
+	struct raw_x x = { .who = "server", .server = true };
+	_Alignas(struct fi_eq_cm_entry) uint8_t raw[sizeof(struct fi_eq_cm_entry) + 256];
+	struct fi_eq_cm_entry *ent = (struct fi_eq_cm_entry *)raw;
+	struct fi_info *pi;
+	struct perf_plan pl;
+	struct perf_run r;
+	uint8_t acc[PERF_ACCEPT_LEN];
+	const char *why;
+	size_t n;
+	int rc;
+
+	if (fabric_open(&x))
+		return PERF_EXIT_FAIL;
+	pi = fi_dupinfo(x.info);
+	if (!pi || !pi->src_addr)
+		return fi_fail(-FI_EINVAL, "fi_dupinfo"), PERF_EXIT_FAIL;
+	((struct sockaddr_in *)pi->src_addr)->sin_port = htons((uint16_t)opts.port);
+	if ((rc = fi_passive_ep(x.fabric, pi, &x.pep, NULL)) ||
+	    (rc = fi_pep_bind(x.pep, &x.eq->fid, 0)) || (rc = fi_listen(x.pep))) {
+		fi_fail(rc, "listening (fi_passive_ep/fi_pep_bind/fi_listen)");
+		fprintf(stderr, "%s: server: cannot listen on %s port %u (-n)\n", TOOL, local_addr,
+			opts.port);
+		return PERF_EXIT_FAIL;
+	}
+	fi_freeinfo(pi);
+	printf("%s: server listening on port %u (provider %s, %s)\n", TOOL, opts.port, opts.name,
+	       local_addr);
+	fflush(stdout);
+	if (eq_wait(&x, FI_CONNREQ, raw, sizeof(raw), &n))
+		return PERF_EXIT_FAIL;
+	why = perf_plan_decode(raw + sizeof(*ent), n - sizeof(*ent), &pl);
+	if (!why && pl.mode != M_POLL && pl.mode != M_WAIT)
+		why = "the client asks for a mode fi-raw does not have (poll, wait)";
+	if (why) {
+		fprintf(stderr, "%s: server: rejecting a connection: %s\n", TOOL, why);
+		fi_reject(x.pep, ent->info->handle, NULL, 0);
+		return PERF_EXIT_FAIL;
+	}
+	if (resources(&x, &pl, ent->info, NULL))
+		return PERF_EXIT_FAIL;
+	x.peer_addr = pl.addr;
+	x.peer_key = pl.key;
+	run_init(&r, &x, &pl, NULL, true);
+	if (post_recvs(&r, 2))
+		return PERF_EXIT_FAIL;
+	perf_accept_encode((uint64_t)(uintptr_t)(x.buf + x.region), fi_mr_key(x.mr), x.region, acc);
+	if ((rc = fi_accept(x.ep, acc, PERF_ACCEPT_LEN)))
+		return fi_fail(rc, "fi_accept"), PERF_EXIT_FAIL;
+	fi_freeinfo(ent->info);
+	if (eq_wait(&x, FI_CONNECTED, raw, sizeof(raw), &n) ||
+	    post_recvs(&r, perf_recv_depth(&pl) - 2))
+		return PERF_EXIT_FAIL;
+	if (perf_run_plan(&r) || wait_shutdown(&x))
+		return PERF_EXIT_FAIL;
+	close_all(&x);
+	return 0;
+}
+
+static int resolve(const char *host, uint16_t port, struct sockaddr_in *sin)
+{
+	struct addrinfo hints = { .ai_family = AF_INET, .ai_socktype = SOCK_STREAM }, *res;
+	int rc;
+
+	memset(sin, 0, sizeof(*sin));
+	sin->sin_family = AF_INET;
+	sin->sin_port = htons(port);
+	if (inet_pton(AF_INET, host, &sin->sin_addr) == 1)
+		return 0;
+	rc = getaddrinfo(host, NULL, &hints, &res);
+	if (rc) {
+		fprintf(stderr, "%s: cannot resolve '%s': %s\n", TOOL, host, gai_strerror(rc));
+		return PERF_ERR;
+	}
+	sin->sin_addr = ((struct sockaddr_in *)res->ai_addr)->sin_addr;
+	freeaddrinfo(res);
+	return 0;
+}
+
+static int client(struct perf_plan *pl)
+{
+	struct raw_x x = { .who = "client" };
+	_Alignas(struct fi_eq_cm_entry) uint8_t raw[sizeof(struct fi_eq_cm_entry) + 256];
+	struct perf_out out = { .tool = TOOL, .name = opts.name, .fmt = opts.fmt,
+				.header = opts.header };
+	struct sockaddr_in sin;
+	struct perf_run r;
+	uint8_t pd[PERF_PLAN_LEN];
+	uint64_t region;
+	size_t n;
+	int rc;
+
+	if (resolve(opts.host, (uint16_t)opts.port, &sin) || fabric_open(&x) ||
+	    resources(&x, pl, NULL, &sin))
+		return PERF_EXIT_FAIL;
+	x.peer = sin;
+	pl->addr = (uint64_t)(uintptr_t)(x.buf + x.region);
+	pl->key = fi_mr_key(x.mr);
+	pl->region = x.region;
+	perf_plan_encode(pl, pd);
+	if ((rc = fi_connect(x.ep, &sin, pd, PERF_PLAN_LEN)))
+		return fi_fail(rc, "fi_connect"), PERF_EXIT_FAIL;
+	if (eq_wait(&x, FI_CONNECTED, raw, sizeof(raw), &n))
+		return PERF_EXIT_FAIL;
+	if (!perf_accept_decode(raw + sizeof(struct fi_eq_cm_entry),
+				n - sizeof(struct fi_eq_cm_entry), &x.peer_addr, &x.peer_key,
+				&region)) {
+		fprintf(stderr, "%s: client: the server's accept carries no region: is it %s?\n",
+			TOOL, TOOL);
+		return PERF_EXIT_FAIL;
+	}
+	run_init(&r, &x, pl, &out, false);
+	if (post_recvs(&r, perf_recv_depth(pl)))
+		return PERF_EXIT_FAIL;
+	perf_out_begin(&out);
+	rc = perf_run_plan(&r);
+	perf_out_end(&out);
+	if (rc)
+		return PERF_EXIT_FAIL;
+	if ((rc = fi_shutdown(x.ep, 0)))
+		return fi_fail(rc, "fi_shutdown"), PERF_EXIT_FAIL;
+	if (wait_shutdown(&x))
+		return PERF_EXIT_FAIL;
+	close_all(&x);
+	return 0;
+}
+
+/* ------------------------------------------------- wake: the kernel floor */
+
+/* Two threads bounce a token: poll mode spins on a shared counter, wait
+ * mode sleeps in poll(2) on an eventfd each (what a CQ fd wake costs, minus
+ * libfabric).  One-way = RTT / 2. */
+struct bouncer {
+	int mode;
+	int in, out;			/* eventfds */
+	atomic_uint *flag;
+	uint32_t n;
+	int rc;
+};
+
+static int bounce_wait(struct bouncer *b, unsigned want)
+{
+	uint64_t deadline = perf_now() + (uint64_t)opts.timeout_s * 1000000000u;
+
+	if (b->mode == M_POLL) {
+		unsigned spins = 0;
+
+		while (atomic_load_explicit(b->flag, memory_order_acquire) != want)
+			if (++spins == 4096) {
+				spins = 0;
+				if (perf_now() > deadline)
+					return PERF_TIMEDOUT;
+			}
+		return 0;
+	}
+	for (;;) {
+		struct pollfd pfd = { .fd = b->in, .events = POLLIN };
+		uint64_t v, t = perf_now();
+		int rc;
+
+		if (t >= deadline)
+			return PERF_TIMEDOUT;
+		rc = poll(&pfd, 1, (int)((deadline - t + 999999) / 1000000));
+		if (rc < 0 && errno != EINTR)
+			return PERF_ERR;
+		if (rc > 0 && read(b->in, &v, sizeof(v)) == sizeof(v))
+			return 0;
+	}
+}
+
+static void bounce_post(struct bouncer *b, unsigned v)
+{
+	uint64_t one = 1;
+
+	if (b->mode == M_POLL)
+		atomic_store_explicit(b->flag, v, memory_order_release);
+	else if (write(b->out, &one, sizeof(one)) != sizeof(one))
+		b->rc = PERF_ERR;
+}
+
+static void *echo_main(void *arg)
+{
+	struct bouncer *b = arg;
+
+	for (uint32_t i = 0; i < b->n; i++) {
+		if (bounce_wait(b, 2 * i + 1)) {
+			b->rc = PERF_ERR;
+			return NULL;
+		}
+		bounce_post(b, 2 * i + 2);
+	}
+	return NULL;
+}
+
+static int test_wake(void)
+{
+	const struct perf_plan *pl = &opts.plan;
+	uint32_t n = pl->iters, warm = pl->warmup;
+	atomic_uint flag = 0;
+	int a = eventfd(0, EFD_CLOEXEC), b = eventfd(0, EFD_CLOEXEC);
+	struct bouncer me = { .mode = pl->mode, .in = a, .out = b, .flag = &flag, .n = n + warm };
+	struct bouncer peer = { .mode = pl->mode, .in = b, .out = a, .flag = &flag, .n = n + warm };
+	struct perf_out out = { .tool = TOOL, .name = "kernel", .fmt = opts.fmt,
+				.header = opts.header };
+	struct perf_result res = { .test = T_WAKE, .mode = pl->mode, .iters = n, .window = 1 };
+	uint32_t *ns = calloc(n, sizeof(*ns));
+	uint64_t sum = 0;
+	pthread_t thr;
+
+	if (a < 0 || b < 0 || !ns || pthread_create(&thr, NULL, echo_main, &peer)) {
+		perror(TOOL ": wake set-up");
+		return PERF_EXIT_FAIL;
+	}
+	for (uint32_t i = 0; i < n + warm; i++) {
+		uint64_t t0 = perf_now();
+
+		bounce_post(&me, 2 * i + 1);
+		if (bounce_wait(&me, 2 * i + 2)) {
+			fprintf(stderr, "%s: wake: the echo thread did not answer\n", TOOL);
+			return PERF_EXIT_FAIL;	/* the echo thread times out too */
+		}
+		if (i >= warm) {
+			ns[i - warm] = (uint32_t)((perf_now() - t0) / 2);
+			sum += ns[i - warm];
+		}
+	}
+	pthread_join(thr, NULL);
+	if (peer.rc || me.rc)
+		return PERF_EXIT_FAIL;
+	perf_lat_stats(ns, n, sum, &res);
+	res.msg_s = res.avg_us > 0 ? 1e6 / res.avg_us : 0;
+	perf_out_begin(&out);
+	perf_out_row(&out, &res);
+	perf_out_end(&out);
+	free(ns);
+	close(a);
+	close(b);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct perf_plan *pl = &opts.plan;
+	int rc;
+
+	/* -A local_addr is fi-raw's own: the DAT IA gets it from dat.conf */
+	for (int i = 1; i + 1 < argc; i++)
+		if (!strcmp(argv[i], "-A")) {
+			local_addr = argv[i + 1];
+			memmove(&argv[i], &argv[i + 2], (size_t)(argc - i - 2) * sizeof(*argv));
+			argc -= 2;
+			argv[argc] = NULL;
+			break;
+		}
+	rc = perf_parse_opts(argc, argv, &opts, "libfabric provider (-A sets the local "
+			     "address, default 127.0.0.1)", "tcp");
+	if (rc)
+		return rc < 0 ? 0 : rc;
+	if (pl->mode == M_CNO || pl->mode == M_UPCALL) {
+		fprintf(stderr, "%s: mode %s has no raw libfabric counterpart (poll, wait)\n", TOOL,
+			perf_mode_names[pl->mode]);
+		return PERF_EXIT_USAGE;
+	}
+	for (int k = 0; k < pl->ntests; k++) {
+		enum perf_test t = (enum perf_test)pl->tests[k];
+
+		if (t == T_WAKE && pl->ntests == 1)
+			return test_wake();
+		if (!perf_tests[t].peer) {
+			fprintf(stderr, "%s: test %s has no raw libfabric counterpart (wake runs "
+				"alone)\n", TOOL, perf_tests[t].name);
+			return PERF_EXIT_USAGE;
+		}
+	}
+	signal(SIGPIPE, SIG_IGN);
+	perf_raise_nofile();
+	return opts.host ? client(pl) : server();
+}

@@ -1,0 +1,1194 @@
+/*
+ * The benchmark engine shared by daplofi-perf (DAT, through the stock
+ * registry) and bench/fi-raw (raw libfabric): options, the plan the client
+ * hands the server in the connection's private data, the test bodies, the
+ * statistics and the output (table, CSV, JSON).
+ *
+ * Both programs run the *same* test bodies; only the transport differs (a
+ * struct perf_ops of post / completion calls).  That is what makes their
+ * figures comparable: same message counts, same window, same order of
+ * posts, same clock.
+ *
+ * Header-only (static inline), so each program stays one file plus this.
+ * No DAT and no libfabric type appears here.
+ */
+#ifndef PERF_COMMON_H
+#define PERF_COMMON_H
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#define PERF_DEFAULT_PORT	18515
+#define PERF_MAX_SIZES		24
+#define PERF_MAX_TESTS		8
+#define PERF_MAX_SIZE		(64u << 20)	/* largest message: 64 MiB */
+#define PERF_MAX_WINDOW		1000		/* tcp grants 1024 per queue */
+#define PERF_READ_WINDOW	16		/* RDMA reads in flight (DAT max_rdma_read_out) */
+#define PERF_BW_BYTES_CAP	(1ull << 30)	/* a bandwidth size moves at most 1 GiB */
+#define PERF_SYNC_LEN		8		/* barrier messages */
+#define PERF_PLAN_MAGIC		0x44505246u	/* "DPRF" */
+#define PERF_ACCEPT_MAGIC	0x44505241u	/* "DPRA" */
+#define PERF_PLAN_VERSION	1
+#define PERF_PLAN_LEN		160		/* fits dapl-ofi's 192-byte private data */
+#define PERF_ACCEPT_LEN		32
+
+/* Exit codes: 0 ok, 1 failure, 2 not available (upcalls), 3 usage. */
+#define PERF_EXIT_FAIL		1
+#define PERF_EXIT_NA		2
+#define PERF_EXIT_USAGE		3
+
+/* Return codes of the transport's completion calls. */
+#define PERF_OK			0
+#define PERF_ERR		(-1)	/* reported by the transport */
+#define PERF_TIMEDOUT		(-2)
+
+enum perf_test {
+	T_NONE = 0,
+	T_SEND_LAT, T_WRITE_LAT, T_READ_LAT,
+	T_SEND_BW, T_WRITE_BW, T_READ_BW,
+	T_CONN,
+	T_EVENTS, T_WAKE, T_CNO, T_UPCALL,
+	T_COUNT
+};
+
+enum perf_mode { M_POLL = 1, M_WAIT, M_CNO, M_UPCALL };
+
+struct perf_test_info {
+	const char *name, *alias, *what;
+	bool peer;		/* needs a server */
+	bool bw;		/* streaming: MB/s; otherwise latency */
+};
+
+static const struct perf_test_info perf_tests[T_COUNT] = {
+	[T_SEND_LAT]  = { "send_lat", "send", "send/recv ping-pong, one-way latency", true, false },
+	[T_WRITE_LAT] = { "write_lat", "write", "RDMA write ping-pong, one-way latency", true, false },
+	[T_READ_LAT]  = { "read_lat", "read", "RDMA read, round-trip latency", true, false },
+	[T_SEND_BW]   = { "send_bw", NULL, "streaming send bandwidth", true, true },
+	[T_WRITE_BW]  = { "write_bw", NULL, "streaming RDMA write bandwidth", true, true },
+	[T_READ_BW]   = { "read_bw", NULL, "streaming RDMA read bandwidth", true, true },
+	[T_CONN]      = { "conn", NULL, "connection set-up and memory per connected EP", true, false },
+	[T_EVENTS]    = { "events", NULL, "post_se + dequeue pairs, one thread", false, true },
+	[T_WAKE]      = { "wake", NULL, "wake-up latency between two threads", false, false },
+	[T_CNO]       = { "cno", NULL, "CNO wake-up latency between two threads", false, false },
+	[T_UPCALL]    = { "upcall", NULL, "dat_evd_post_se to upcall latency", false, false },
+};
+
+static const char *const perf_mode_names[] = {
+	[M_POLL] = "poll", [M_WAIT] = "wait", [M_CNO] = "cno", [M_UPCALL] = "upcall",
+};
+
+/* ------------------------------------------------------------------ time */
+
+static inline uint64_t perf_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* ------------------------------------------------------------- the plan */
+
+/* What the client asks for; travels in the connect private data. */
+struct perf_plan {
+	uint8_t mode;
+	uint8_t ntests, nsizes;
+	uint8_t tests[PERF_MAX_TESTS];
+	uint32_t iters, warmup, window;
+	uint32_t sizes[PERF_MAX_SIZES];
+	uint64_t addr, key, region;	/* the sender's RDMA region */
+};
+
+static inline void perf_put32(uint8_t *p, uint32_t v)
+{
+	p[0] = (uint8_t)(v >> 24); p[1] = (uint8_t)(v >> 16);
+	p[2] = (uint8_t)(v >> 8); p[3] = (uint8_t)v;
+}
+
+static inline uint32_t perf_get32(const uint8_t *p)
+{
+	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+static inline void perf_put64(uint8_t *p, uint64_t v)
+{
+	perf_put32(p, (uint32_t)(v >> 32));
+	perf_put32(p + 4, (uint32_t)v);
+}
+
+static inline uint64_t perf_get64(const uint8_t *p)
+{
+	return (uint64_t)perf_get32(p) << 32 | perf_get32(p + 4);
+}
+
+/* Layout: magic, version, mode, ntests, nsizes, tests[8], iters, warmup,
+ * window, (reserved), addr, key, region, sizes[24]: 152 bytes. */
+static inline void perf_plan_encode(const struct perf_plan *pl, uint8_t out[PERF_PLAN_LEN])
+{
+	memset(out, 0, PERF_PLAN_LEN);
+	perf_put32(out, PERF_PLAN_MAGIC);
+	out[4] = PERF_PLAN_VERSION;
+	out[5] = pl->mode;
+	out[6] = pl->ntests;
+	out[7] = pl->nsizes;
+	memcpy(out + 8, pl->tests, PERF_MAX_TESTS);
+	perf_put32(out + 16, pl->iters);
+	perf_put32(out + 20, pl->warmup);
+	perf_put32(out + 24, pl->window);
+	perf_put64(out + 32, pl->addr);
+	perf_put64(out + 40, pl->key);
+	perf_put64(out + 48, pl->region);
+	for (int i = 0; i < PERF_MAX_SIZES; i++)
+		perf_put32(out + 56 + 4 * i, pl->sizes[i]);
+}
+
+/* NULL, or why the bytes are not a plan we can serve. */
+static inline const char *perf_plan_decode(const uint8_t *in, size_t len, struct perf_plan *pl)
+{
+	memset(pl, 0, sizeof(*pl));
+	if (len < 152 || perf_get32(in) != PERF_PLAN_MAGIC)
+		return "the client is not daplofi-perf or fi-raw (no plan in the private data)";
+	if (in[4] != PERF_PLAN_VERSION)
+		return "the client speaks another plan version";
+	pl->mode = in[5];
+	pl->ntests = in[6];
+	pl->nsizes = in[7];
+	memcpy(pl->tests, in + 8, PERF_MAX_TESTS);
+	pl->iters = perf_get32(in + 16);
+	pl->warmup = perf_get32(in + 20);
+	pl->window = perf_get32(in + 24);
+	pl->addr = perf_get64(in + 32);
+	pl->key = perf_get64(in + 40);
+	pl->region = perf_get64(in + 48);
+	for (int i = 0; i < PERF_MAX_SIZES; i++)
+		pl->sizes[i] = perf_get32(in + 56 + 4 * i);
+	if (pl->mode < M_POLL || pl->mode > M_UPCALL)
+		return "bad mode in the plan";
+	if (!pl->ntests || pl->ntests > PERF_MAX_TESTS || !pl->nsizes ||
+	    pl->nsizes > PERF_MAX_SIZES)
+		return "bad test or size count in the plan";
+	for (int i = 0; i < pl->ntests; i++)
+		if (pl->tests[i] < T_SEND_LAT || pl->tests[i] > T_CONN)
+			return "the plan names a test this server does not know";
+	for (int i = 0; i < pl->nsizes; i++)
+		if (!pl->sizes[i] || pl->sizes[i] > PERF_MAX_SIZE || pl->sizes[i] > pl->region)
+			return "bad size in the plan";
+	if (!pl->iters || pl->window < 1 || pl->window > PERF_MAX_WINDOW)
+		return "bad iteration count or window in the plan";
+	return NULL;
+}
+
+/* Server's answer in the accept private data: its RDMA region. */
+static inline void perf_accept_encode(uint64_t addr, uint64_t key, uint64_t region,
+				      uint8_t out[PERF_ACCEPT_LEN])
+{
+	memset(out, 0, PERF_ACCEPT_LEN);
+	perf_put32(out, PERF_ACCEPT_MAGIC);
+	out[4] = PERF_PLAN_VERSION;
+	perf_put64(out + 8, addr);
+	perf_put64(out + 16, key);
+	perf_put64(out + 24, region);
+}
+
+static inline bool perf_accept_decode(const uint8_t *in, size_t len, uint64_t *addr,
+				      uint64_t *key, uint64_t *region)
+{
+	if (len < PERF_ACCEPT_LEN || perf_get32(in) != PERF_ACCEPT_MAGIC ||
+	    in[4] != PERF_PLAN_VERSION)
+		return false;
+	*addr = perf_get64(in + 8);
+	*key = perf_get64(in + 16);
+	*region = perf_get64(in + 24);
+	return true;
+}
+
+static inline uint32_t perf_max_size(const struct perf_plan *pl)
+{
+	uint32_t m = PERF_SYNC_LEN;
+
+	for (int i = 0; i < pl->nsizes; i++)
+		if (pl->sizes[i] > m)
+			m = pl->sizes[i];
+	return m;
+}
+
+/* Iterations of one size: bandwidth sizes move at most PERF_BW_BYTES_CAP. */
+static inline uint32_t perf_iters(const struct perf_plan *pl, enum perf_test t, uint32_t size)
+{
+	uint64_t n = pl->iters;
+
+	if (t == T_CONN)
+		return size;		/* conn: "sizes" are endpoint counts */
+	if (perf_tests[t].bw && (uint64_t)size * n > PERF_BW_BYTES_CAP) {
+		n = PERF_BW_BYTES_CAP / size;
+		if (n < 100)
+			n = 100 < pl->iters ? 100 : pl->iters;
+	}
+	return (uint32_t)n;
+}
+
+static inline uint32_t perf_warmup(const struct perf_plan *pl, enum perf_test t, uint32_t size)
+{
+	uint32_t n = perf_iters(pl, t, size);
+
+	if (t == T_CONN)
+		return 0;
+	return pl->warmup < n ? pl->warmup : n;
+}
+
+/* -------------------------------------------------------------- options */
+
+enum perf_fmt { F_TABLE, F_CSV, F_JSON };
+
+struct perf_opts {
+	const char *prog;	/* "daplofi-perf" / "fi-raw" */
+	const char *name;	/* -P: IA name (DAT) or libfabric provider (raw) */
+	const char *host;	/* -h: client of this server; NULL: server */
+	unsigned port;		/* -n */
+	struct perf_plan plan;	/* tests, sizes, iterations, mode, window */
+	unsigned timeout_s;	/* -T: bound of every single wait */
+	enum perf_fmt fmt;
+	bool verbose, quiet, header;
+	bool iters_set, warmup_set, mode_set, sizes_set;
+};
+
+static inline enum perf_test perf_test_by_name(const char *s, size_t len)
+{
+	for (int t = T_SEND_LAT; t < T_COUNT; t++) {
+		const struct perf_test_info *i = &perf_tests[t];
+
+		if ((strlen(i->name) == len && !strncmp(s, i->name, len)) ||
+		    (i->alias && strlen(i->alias) == len && !strncmp(s, i->alias, len)))
+			return (enum perf_test)t;
+	}
+	return T_NONE;
+}
+
+/* "64", "4k", "1m", "1g" */
+static inline int perf_parse_size(const char *s, char **end, uint64_t *out)
+{
+	unsigned long long v;
+
+	errno = 0;
+	v = strtoull(s, end, 10);
+	if (errno || *end == s)
+		return -1;
+	switch (**end) {
+	case 'k': case 'K': v <<= 10; (*end)++; break;
+	case 'm': case 'M': v <<= 20; (*end)++; break;
+	case 'g': case 'G': v <<= 30; (*end)++; break;
+	default: break;
+	}
+	*out = v;
+	return 0;
+}
+
+static inline int perf_add_size(struct perf_plan *pl, uint64_t v, const char *arg)
+{
+	if (v < 1 || v > PERF_MAX_SIZE) {
+		fprintf(stderr, "sizes: %llu in '%s' is out of range (1 to 64m)\n",
+			(unsigned long long)v, arg);
+		return -1;
+	}
+	for (int i = 0; i < pl->nsizes; i++)
+		if (pl->sizes[i] == v)
+			return 0;
+	if (pl->nsizes == PERF_MAX_SIZES) {
+		fprintf(stderr, "sizes: '%s' gives more than %d sizes\n", arg, PERF_MAX_SIZES);
+		return -1;
+	}
+	pl->sizes[pl->nsizes++] = (uint32_t)v;
+	return 0;
+}
+
+/* "64,4k,64k", "64:1m" (powers of two from 64 to 1 MiB), "all" (1:1m),
+ * or a mix: "1,64:4k,1m". */
+static inline int perf_parse_sizes(const char *arg, struct perf_plan *pl)
+{
+	const char *s = arg;
+
+	pl->nsizes = 0;
+	if (!strcmp(arg, "all"))
+		s = "1:1m";
+	while (*s) {
+		uint64_t a, b;
+		char *end;
+
+		if (perf_parse_size(s, &end, &a))
+			goto bad;
+		if (*end == ':') {
+			if (perf_parse_size(end + 1, &end, &b) || b < a || !a)
+				goto bad;
+			for (uint64_t v = a; v <= b; v *= 2)
+				if (perf_add_size(pl, v, arg))
+					return -1;
+		} else if (perf_add_size(pl, a, arg)) {
+			return -1;
+		}
+		if (*end == ',')
+			end++;
+		else if (*end)
+			goto bad;
+		s = end;
+	}
+	if (!pl->nsizes)
+		goto bad;
+	/* ascending, as users read tables */
+	for (int i = 1; i < pl->nsizes; i++)
+		for (int j = i; j > 0 && pl->sizes[j - 1] > pl->sizes[j]; j--) {
+			uint32_t t = pl->sizes[j];
+
+			pl->sizes[j] = pl->sizes[j - 1];
+			pl->sizes[j - 1] = t;
+		}
+	return 0;
+bad:
+	fprintf(stderr, "sizes: cannot parse '%s' (examples: 64  64,4k,64k  64:1m  all)\n", arg);
+	return -1;
+}
+
+static inline int perf_parse_tests(const char *arg, struct perf_plan *pl)
+{
+	const char *s = arg;
+
+	pl->ntests = 0;
+	while (*s) {
+		size_t len = strcspn(s, ",");
+		enum perf_test t = perf_test_by_name(s, len);
+
+		if (t == T_NONE) {
+			fprintf(stderr, "tests: unknown test '%.*s' (known:", (int)len, s);
+			for (int i = T_SEND_LAT; i < T_COUNT; i++)
+				fprintf(stderr, " %s", perf_tests[i].name);
+			fprintf(stderr, ")\n");
+			return -1;
+		}
+		if (pl->ntests == PERF_MAX_TESTS) {
+			fprintf(stderr, "tests: at most %d tests per run\n", PERF_MAX_TESTS);
+			return -1;
+		}
+		pl->tests[pl->ntests++] = (uint8_t)t;
+		s += len;
+		if (*s == ',')
+			s++;
+	}
+	return pl->ntests ? 0 : -1;
+}
+
+static inline int perf_parse_uint(const char *arg, const char *what, unsigned long min,
+				  unsigned long max, uint32_t *out)
+{
+	char *end;
+	unsigned long v;
+
+	errno = 0;
+	v = strtoul(arg, &end, 10);
+	if (errno || end == arg || *end || v < min || v > max) {
+		fprintf(stderr, "%s: '%s' is not a number from %lu to %lu\n", what, arg, min, max);
+		return -1;
+	}
+	*out = (uint32_t)v;
+	return 0;
+}
+
+static inline int perf_parse_mode(const char *arg, uint8_t *mode)
+{
+	for (int m = M_POLL; m <= M_UPCALL; m++)
+		if (!strcmp(arg, perf_mode_names[m])) {
+			*mode = (uint8_t)m;
+			return 0;
+		}
+	fprintf(stderr, "mode: '%s' is not poll, wait, cno or upcall\n", arg);
+	return -1;
+}
+
+/* name_opt: "IA name" (daplofi-perf) or "libfabric provider" (fi-raw). */
+static inline void perf_usage(FILE *f, const char *prog, const char *name_opt,
+			      const char *name_default)
+{
+	fprintf(f,
+"usage: %s [options]                 server (waits for one client)\n"
+"       %s [options] -h host         client: runs the tests against the server\n"
+"       %s -t events|wake|cno        local tests, no server\n"
+"options:\n"
+"  -P name      %s (default %s)\n"
+"  -s           server (the default)\n"
+"  -h host      client: connect to this server (IPv4 address or name)\n"
+"  -n port      port / connection qualifier (default %u)\n"
+"  -t tests     comma list (default send_lat): send_lat write_lat read_lat\n"
+"               send_bw write_bw read_bw conn events wake cno upcall\n"
+"               (send, write, read: the latency tests; conn runs alone:\n"
+"               its -S are endpoint counts, default 1,16,256,1024)\n"
+"  -S sizes     64  |  64,4k,64k  |  64:1m (powers of two)  |  all (1:1m)\n"
+"               (default 64,4k,64k)\n"
+"  -I iters     iterations per size (default 10000; a bandwidth size moves\n"
+"               at most 1 GiB)\n"
+"  -w warmup    warm-up iterations per size, not measured (default iters/10,\n"
+"               at most 1000)\n"
+"  -W window    operations in flight in bandwidth tests (default 64, 1..%u;\n"
+"               reads at most %u)\n"
+"  -m mode      completion wait: poll | wait | cno | upcall (default poll;\n"
+"               wake: wait)\n"
+"  -p           same as -m poll;  -c  same as -m cno (dtest's letters)\n"
+"  -T seconds   bound of every single wait (default 30)\n"
+"  --csv        CSV rows;  --json  one JSON document;  --no-header  no CSV header\n"
+"  -q           no progress lines;  -v  verbose\n"
+"  --help       this text\n"
+"The client sends the plan (tests, sizes, iterations, window, mode) to the\n"
+"server in the connection's private data: give them to the client only.\n",
+		prog, prog, prog, name_opt, name_default, PERF_DEFAULT_PORT,
+		PERF_MAX_WINDOW, PERF_READ_WINDOW);
+}
+
+/* 0: go; PERF_EXIT_USAGE: bad options (printed); -1: --help printed. */
+static inline int perf_parse_opts(int argc, char **argv, struct perf_opts *o,
+				  const char *name_opt, const char *name_default)
+{
+	static const struct option lopts[] = {
+		{ "csv", no_argument, NULL, 1 },
+		{ "json", no_argument, NULL, 2 },
+		{ "no-header", no_argument, NULL, 3 },
+		{ "help", no_argument, NULL, 4 },
+		{ NULL, 0, NULL, 0 },
+	};
+	uint32_t v;
+	int c;
+
+	o->name = name_default;
+	o->port = PERF_DEFAULT_PORT;
+	o->timeout_s = 30;
+	o->header = true;
+	o->plan.mode = M_POLL;
+	o->plan.iters = 10000;
+	o->plan.window = 64;
+	o->plan.ntests = 1;
+	o->plan.tests[0] = T_SEND_LAT;
+	o->plan.nsizes = 3;
+	o->plan.sizes[0] = 64;
+	o->plan.sizes[1] = 4096;
+	o->plan.sizes[2] = 65536;
+	while ((c = getopt_long(argc, argv, "P:sh:n:t:S:I:w:W:m:pcT:qv", lopts, NULL)) != -1) {
+		switch (c) {
+		case 'P': o->name = optarg; break;
+		case 's': o->host = NULL; break;
+		case 'h': o->host = optarg; break;
+		case 'n':
+			if (perf_parse_uint(optarg, "-n port", 1, 65535, &v))
+				return PERF_EXIT_USAGE;
+			o->port = v;
+			break;
+		case 't':
+			if (perf_parse_tests(optarg, &o->plan))
+				return PERF_EXIT_USAGE;
+			break;
+		case 'S':
+			if (perf_parse_sizes(optarg, &o->plan))
+				return PERF_EXIT_USAGE;
+			o->sizes_set = true;
+			break;
+		case 'I':
+			if (perf_parse_uint(optarg, "-I iterations", 1, 100000000, &o->plan.iters))
+				return PERF_EXIT_USAGE;
+			o->iters_set = true;
+			break;
+		case 'w':
+			if (perf_parse_uint(optarg, "-w warm-up", 0, 100000000, &o->plan.warmup))
+				return PERF_EXIT_USAGE;
+			o->warmup_set = true;
+			break;
+		case 'W':
+			if (perf_parse_uint(optarg, "-W window", 1, PERF_MAX_WINDOW, &o->plan.window))
+				return PERF_EXIT_USAGE;
+			break;
+		case 'm':
+			if (perf_parse_mode(optarg, &o->plan.mode))
+				return PERF_EXIT_USAGE;
+			o->mode_set = true;
+			break;
+		case 'p': o->plan.mode = M_POLL; o->mode_set = true; break;
+		case 'c': o->plan.mode = M_CNO; o->mode_set = true; break;
+		case 'T':
+			if (perf_parse_uint(optarg, "-T seconds", 1, 4000, &v))
+				return PERF_EXIT_USAGE;
+			o->timeout_s = v;
+			break;
+		case 'q': o->quiet = true; break;
+		case 'v': o->verbose = true; break;
+		case 1: o->fmt = F_CSV; break;
+		case 2: o->fmt = F_JSON; break;
+		case 3: o->header = false; break;
+		case 4:
+			perf_usage(stdout, o->prog, name_opt, name_default);
+			return -1;
+		default:
+			perf_usage(stderr, o->prog, name_opt, name_default);
+			return PERF_EXIT_USAGE;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "%s: unexpected argument '%s' (the server is -h host)\n",
+			o->prog, argv[optind]);
+		return PERF_EXIT_USAGE;
+	}
+	for (int k = 0; k < o->plan.ntests; k++)
+		if (o->plan.tests[k] == T_CONN && o->plan.ntests > 1) {
+			fprintf(stderr, "%s: conn runs alone (its -S are endpoint counts)\n",
+				o->prog);
+			return PERF_EXIT_USAGE;
+		}
+	if (o->plan.ntests == 1 && o->plan.tests[0] == T_CONN && !o->sizes_set) {
+		o->plan.nsizes = 4;
+		o->plan.sizes[0] = 1;
+		o->plan.sizes[1] = 16;
+		o->plan.sizes[2] = 256;
+		o->plan.sizes[3] = 1024;
+	}
+	/* the wake-up tests are about sleeping: they wait unless told */
+	if (!o->mode_set && o->plan.ntests == 1 && o->plan.tests[0] == T_WAKE)
+		o->plan.mode = M_WAIT;
+	if (!o->warmup_set) {
+		o->plan.warmup = o->plan.iters / 10;
+		if (o->plan.warmup > 1000)
+			o->plan.warmup = 1000;
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------------- results */
+
+struct perf_result {
+	enum perf_test test;
+	uint8_t mode;
+	uint32_t size, iters, window;
+	bool lat;		/* latency figures valid */
+	double avg_us, p50_us, p99_us, max_us;
+	double mb_s, msg_s;
+	double kib_ep;		/* conn: resident memory per endpoint */
+};
+
+struct perf_out {
+	const char *tool, *name;
+	enum perf_fmt fmt;
+	bool header, started;
+	int nrows;
+	enum perf_test last_test;
+};
+
+static inline int perf_cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* samples: one-way ns per iteration (sorted in place). */
+static inline void perf_lat_stats(uint32_t *ns, uint32_t n, uint64_t total_ns,
+				  struct perf_result *r)
+{
+	size_t i99;
+
+	qsort(ns, n, sizeof(*ns), perf_cmp_u32);
+	r->lat = true;
+	r->avg_us = n ? (double)total_ns / n / 1e3 : 0;
+	r->p50_us = n ? ns[n / 2] / 1e3 : 0;
+	i99 = n ? ((size_t)n * 99 + 99) / 100 - 1 : 0;
+	r->p99_us = n ? ns[i99 < n ? i99 : n - 1] / 1e3 : 0;
+	r->max_us = n ? ns[n - 1] / 1e3 : 0;
+}
+
+static inline void perf_out_begin(struct perf_out *o)
+{
+	if (o->fmt == F_CSV && o->header)
+		printf("tool,test,mode,bytes,iters,window,avg_us,p50_us,p99_us,max_us,mb_s,msg_s,"
+		       "kib_per_ep\n");
+	else if (o->fmt == F_JSON)
+		printf("{\"tool\": \"%s\", \"name\": \"%s\", \"results\": [", o->tool, o->name);
+	o->started = true;
+	fflush(stdout);
+}
+
+static inline void perf_out_row(struct perf_out *o, const struct perf_result *r)
+{
+	const char *tn = perf_tests[r->test].name, *mn = perf_mode_names[r->mode];
+
+	if (o->fmt == F_CSV) {
+		printf("%s,%s,%s,%" PRIu32 ",%" PRIu32 ",%" PRIu32 ",", o->tool, tn, mn, r->size,
+		       r->iters, r->window);
+		if (r->lat)
+			printf("%.3f,%.3f,%.3f,%.3f,", r->avg_us, r->p50_us, r->p99_us, r->max_us);
+		else if (r->test == T_CONN)
+			printf("%.3f,,,,", r->avg_us);
+		else
+			printf(",,,,");
+		printf("%.2f,%.0f,", r->mb_s, r->msg_s);
+		if (r->test == T_CONN)
+			printf("%.2f", r->kib_ep);
+		printf("\n");
+	} else if (o->fmt == F_JSON) {
+		printf("%s\n  {\"test\": \"%s\", \"mode\": \"%s\", \"bytes\": %" PRIu32
+		       ", \"iters\": %" PRIu32 ", \"window\": %" PRIu32, o->nrows ? "," : "", tn, mn,
+		       r->size, r->iters, r->window);
+		if (r->lat)
+			printf(", \"avg_us\": %.3f, \"p50_us\": %.3f, \"p99_us\": %.3f, "
+			       "\"max_us\": %.3f", r->avg_us, r->p50_us, r->p99_us, r->max_us);
+		else if (r->test == T_CONN)
+			printf(", \"avg_us\": %.3f, \"kib_per_ep\": %.2f", r->avg_us, r->kib_ep);
+		printf(", \"mb_s\": %.2f, \"msg_s\": %.0f}", r->mb_s, r->msg_s);
+	} else {
+		if (o->last_test != r->test) {
+			const char *unit = r->test == T_READ_LAT ? "round-trip" :
+					   r->test == T_EVENTS ? "per pair" : "one-way";
+
+			printf("%s%s: %s, %s, mode %s (%s)\n", o->nrows ? "\n" : "", o->tool,
+			       tn, o->name, mn, perf_tests[r->test].what);
+			if (r->test == T_EVENTS)
+				printf("%10s %9s %10s %12s\n", "pairs", "", "ns/pair", "M pairs/s");
+			else if (r->test == T_CONN)
+				printf("%10s %7s %12s %10s %12s   (client side)\n", "endpoints",
+				       "window", "connects/s", "us/conn", "RSS KiB/EP");
+			else if (perf_tests[r->test].bw)
+				printf("%10s %9s %7s %10s %12s %9s\n", "bytes", "iters", "window",
+				       "MB/s", "msg/s", "us/msg");
+			else
+				printf("%10s %9s %9s %9s %9s %9s %10s %10s   (latency %s, us)\n",
+				       "bytes", "iters", "avg", "p50", "p99", "max", "MB/s", "msg/s",
+				       unit);
+			o->last_test = r->test;
+		}
+		if (r->test == T_EVENTS)
+			printf("%10" PRIu32 " %9s %10.1f %12.2f\n", r->iters, "",
+			       r->msg_s > 0 ? 1e9 / r->msg_s : 0, r->msg_s / 1e6);
+		else if (r->test == T_CONN)
+			printf("%10" PRIu32 " %7" PRIu32 " %12.0f %10.1f %12.1f\n", r->iters, r->window,
+			       r->msg_s, r->avg_us, r->kib_ep);
+		else if (!r->lat)
+			printf("%10" PRIu32 " %9" PRIu32 " %7" PRIu32 " %10.1f %12.0f %9.2f\n",
+			       r->size, r->iters, r->window, r->mb_s, r->msg_s,
+			       r->msg_s > 0 ? 1e6 / r->msg_s : 0);
+		else
+			printf("%10" PRIu32 " %9" PRIu32 " %9.2f %9.2f %9.2f %9.2f %10.1f %10.0f\n",
+			       r->size, r->iters, r->avg_us, r->p50_us, r->p99_us, r->max_us,
+			       r->mb_s, r->msg_s);
+	}
+	o->nrows++;
+	fflush(stdout);
+}
+
+static inline void perf_out_end(struct perf_out *o)
+{
+	if (o->fmt == F_JSON && o->started)
+		printf("\n]}\n");
+	fflush(stdout);
+}
+
+/* ------------------------------------------------------------- progress */
+
+/* Long runs show progress on stderr: a line rewritten in place on a
+ * terminal, one line every 5 s otherwise; nothing for phases under 1 s. */
+struct perf_progress {
+	bool quiet, tty;
+	uint64_t start, next;
+	bool shown;
+	const char *what;
+	uint32_t size, total;
+};
+
+static inline void perf_progress_start(struct perf_progress *p, const char *what, uint32_t size,
+				       uint32_t total)
+{
+	p->what = what;
+	p->size = size;
+	p->total = total;
+	p->start = perf_now();
+	p->next = p->start + 1000000000ull;
+	p->shown = false;
+}
+
+static inline void perf_progress_tick(struct perf_progress *p, uint32_t done)
+{
+	uint64_t t;
+
+	if (p->quiet || (done & 255))
+		return;
+	t = perf_now();
+	if (t < p->next)
+		return;
+	p->next = t + (p->tty ? 500000000ull : 5000000000ull);
+	fprintf(stderr, "%s%s %" PRIu32 " B: %" PRIu32 "/%" PRIu32 " (%.0f%%, %.1f s)%s",
+		p->tty ? "\r" : "", p->what, p->size, done, p->total,
+		100.0 * done / (p->total ? p->total : 1), (t - p->start) / 1e9, p->tty ? "" : "\n");
+	p->shown = true;
+}
+
+static inline void perf_progress_end(struct perf_progress *p)
+{
+	if (p->shown && p->tty)
+		fprintf(stderr, "\r%60s\r", "");
+	p->shown = false;
+}
+
+/* ------------------------------------------------------------ transport */
+
+struct perf_ops {
+	/* post from the send region / into the receive region (whole region) */
+	int (*post_send)(void *x, size_t len);
+	int (*post_recv)(void *x);
+	/* the local send region -> the peer's RDMA region; the peer's RDMA
+	 * region -> the local RDMA region */
+	int (*post_write)(void *x, size_t len);
+	int (*post_read)(void *x, size_t len);
+	/* One receive completion, waited for by the run's mode until the
+	 * deadline: PERF_OK (*len set), PERF_TIMEDOUT or PERF_ERR. */
+	int (*recv_done)(void *x, size_t *len, uint64_t deadline);
+	/* Request completions: deadline 0 reaps what is there without
+	 * waiting; otherwise waits for at least one.  Count, PERF_TIMEDOUT
+	 * or PERF_ERR. */
+	int (*req_done)(void *x, uint64_t deadline);
+	/* conn: the client opens n more endpoints and connects them, at most
+	 * `window` connecting at once; the server accepts n.  conn_down: the
+	 * client disconnects them, both sides see every disconnection and
+	 * free the endpoints.  0 or PERF_ERR (reported). */
+	int (*conn_up)(void *x, uint32_t n, uint32_t window);
+	int (*conn_down)(void *x, uint32_t n);
+};
+
+/* A thousand connections need more descriptors than a default soft limit
+ * of 1024: take the hard limit. */
+static inline void perf_raise_nofile(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+}
+
+/* Resident memory of this process, KiB (/proc/self/statm). */
+static inline long perf_rss_kib(void)
+{
+	long size = 0, res = 0;
+	FILE *f = fopen("/proc/self/statm", "r");
+
+	if (!f)
+		return 0;
+	if (fscanf(f, "%ld %ld", &size, &res) != 2)
+		res = 0;
+	fclose(f);
+	return res * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+struct perf_run {
+	const struct perf_ops *ops;
+	void *x;
+	const char *tool;
+	bool server;
+	const struct perf_plan *plan;
+	uint8_t *rx, *rdma, *tx;	/* local regions, each `region` bytes */
+	size_t region;
+	int outstanding;		/* requests posted, completion not reaped */
+	int req_depth;			/* the EP's request queue */
+	uint64_t timeout_ns;
+	uint8_t seq;			/* write_lat: value of the polled byte */
+	uint32_t *samples;
+	struct perf_progress prog;
+	struct perf_out *out;
+};
+
+/* Queue depths the transports must give the endpoint. */
+static inline int perf_req_depth(const struct perf_plan *pl)
+{
+	return (int)pl->window + 4;
+}
+
+static inline int perf_recv_depth(const struct perf_plan *pl)
+{
+	return (int)pl->window + 4;
+}
+
+static inline uint64_t perf_deadline(const struct perf_run *r)
+{
+	return perf_now() + r->timeout_ns;
+}
+
+static inline int perf_fail(const struct perf_run *r, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static inline int perf_fail(const struct perf_run *r, const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "%s: %s: ", r->tool, r->server ? "server" : "client");
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	return PERF_ERR;
+}
+
+static inline int perf_timeout(const struct perf_run *r, const char *what)
+{
+	return perf_fail(r, "%s: nothing within %.0f s (-T): is the peer alive?", what,
+			 r->timeout_ns / 1e9);
+}
+
+/* Reap request completions; block until `outstanding` <= target. */
+static inline int perf_reap_to(struct perf_run *r, int target, const char *what)
+{
+	while (r->outstanding > target) {
+		int n = r->ops->req_done(r->x, perf_deadline(r));
+
+		if (n == PERF_TIMEDOUT)
+			return perf_timeout(r, what);
+		if (n < 0)
+			return PERF_ERR;
+		r->outstanding -= n;
+	}
+	return PERF_OK;
+}
+
+/* Reap whatever request completions are there, without waiting. */
+static inline int perf_reap_some(struct perf_run *r)
+{
+	int n;
+
+	if (!r->outstanding)
+		return PERF_OK;
+	n = r->ops->req_done(r->x, 0);
+	if (n < 0)
+		return PERF_ERR;
+	r->outstanding -= n;
+	return PERF_OK;
+}
+
+enum perf_op { OP_SEND, OP_WRITE, OP_READ };
+
+/* Post one request, keeping at most `limit` in flight. */
+static inline int perf_post(struct perf_run *r, enum perf_op op, size_t len, int limit)
+{
+	int rc;
+
+	if (limit > r->req_depth)
+		limit = r->req_depth;
+	if (r->outstanding >= limit &&
+	    perf_reap_to(r, limit - 1, "waiting for a request completion"))
+		return PERF_ERR;
+	rc = op == OP_SEND ? r->ops->post_send(r->x, len) :
+	     op == OP_WRITE ? r->ops->post_write(r->x, len) : r->ops->post_read(r->x, len);
+	if (rc)
+		return PERF_ERR;
+	r->outstanding++;
+	return PERF_OK;
+}
+
+/* Wait (at most `mult` times -T) for one receive of `len` bytes and post a
+ * new receive. */
+static inline int perf_recv_long(struct perf_run *r, size_t len, const char *what,
+				 unsigned mult)
+{
+	size_t got = 0;
+	int rc = r->ops->recv_done(r->x, &got, perf_now() + r->timeout_ns * mult);
+
+	if (rc == PERF_TIMEDOUT)
+		return perf_timeout(r, what);
+	if (rc)
+		return PERF_ERR;
+	if (got != len)
+		return perf_fail(r, "%s: received %zu bytes, expected %zu", what, got, len);
+	return r->ops->post_recv(r->x) ? PERF_ERR : PERF_OK;
+}
+
+static inline int perf_recv(struct perf_run *r, size_t len, const char *what)
+{
+	return perf_recv_long(r, len, what, 1);
+}
+
+/* Barrier: the client sends, the server answers.  Between two barriers the
+ * message counts of both sides are fixed by the plan.  A server waiting for
+ * the end of a phase it takes no part in (RDMA target) waits `mult` times
+ * longer than -T. */
+static inline int perf_barrier(struct perf_run *r, const char *what, unsigned mult)
+{
+	if (r->server) {
+		if (perf_recv_long(r, PERF_SYNC_LEN, what, mult) ||
+		    perf_post(r, OP_SEND, PERF_SYNC_LEN, r->req_depth))
+			return PERF_ERR;
+	} else {
+		if (perf_post(r, OP_SEND, PERF_SYNC_LEN, r->req_depth) ||
+		    perf_recv(r, PERF_SYNC_LEN, what))
+			return PERF_ERR;
+	}
+	return perf_reap_some(r);
+}
+
+static inline uint8_t perf_next_seq(struct perf_run *r)
+{
+	r->seq = (uint8_t)(r->seq % 255 + 1);	/* 1..255: never the reset value */
+	return r->seq;
+}
+
+/* Spin until the last byte of an incoming RDMA write carries v, reaping
+ * request completions meanwhile: dat_evd_dequeue / fi_cq_read, which also
+ * drives the provider's progress. */
+static inline int perf_poll_byte(struct perf_run *r, size_t size, uint8_t v)
+{
+	volatile uint8_t *p = r->rdma + size - 1;
+	uint64_t deadline = 0;
+	unsigned spins = 0;
+
+	while (*p != v) {
+		/* always call in: a raw libfabric target has no other progress */
+		int n = r->ops->req_done(r->x, 0);
+
+		if (n < 0)
+			return PERF_ERR;
+		r->outstanding -= n;
+		if (++spins == 4096) {
+			uint64_t t = perf_now();
+
+			spins = 0;
+			if (!deadline)
+				deadline = t + r->timeout_ns;
+			else if (t > deadline)
+				return perf_timeout(r, "write_lat: polling for the peer's RDMA write");
+		}
+	}
+	return PERF_OK;
+}
+
+/* ----------------------------------------------------------- test bodies */
+
+/* One size of one peer test; the client fills res. */
+static inline int perf_phase(struct perf_run *r, enum perf_test t, uint32_t size,
+			     struct perf_result *res)
+{
+	const struct perf_plan *pl = r->plan;
+	uint32_t n = perf_iters(pl, t, size), warm = perf_warmup(pl, t, size);
+	uint32_t total = warm + n;
+	int window = (int)pl->window;
+	bool poll = pl->mode == M_POLL;
+	bool passive = t == T_READ_LAT || t == T_WRITE_BW || t == T_READ_BW;
+	uint64_t t0 = 0, t1, it0, t_up = 0;
+	long rss0 = 0, rss1 = 0;
+	const char *tn = perf_tests[t].name;
+
+	if (t == T_READ_BW && window > PERF_READ_WINDOW)
+		window = PERF_READ_WINDOW;
+	memset(res, 0, sizeof(*res));
+	res->test = t;
+	res->mode = pl->mode;
+	res->size = size;
+	res->iters = n;
+	res->window = perf_tests[t].bw ? (uint32_t)window : 1;
+	r->seq = 0;
+	if (t != T_CONN) {
+		r->rdma[size - 1] = 0;
+		r->tx[size - 1] = 0;
+	}
+	if (perf_barrier(r, "start of a test phase", 1))
+		return PERF_ERR;
+	perf_progress_start(&r->prog, tn, size, total);
+
+	switch (t) {
+	case T_SEND_LAT:
+		for (uint32_t i = 0; i < total; i++) {
+			if (i == warm)
+				t0 = perf_now();
+			it0 = perf_now();
+			if (r->server) {
+				if (perf_recv(r, size, "send_lat: waiting for the ping") ||
+				    perf_post(r, OP_SEND, size, r->req_depth))
+					return PERF_ERR;
+			} else {
+				if (perf_post(r, OP_SEND, size, r->req_depth) ||
+				    perf_recv(r, size, "send_lat: waiting for the pong"))
+					return PERF_ERR;
+				if (i >= warm)
+					r->samples[i - warm] = (uint32_t)((perf_now() - it0) / 2);
+			}
+			if (perf_reap_some(r))
+				return PERF_ERR;
+			perf_progress_tick(&r->prog, i);
+		}
+		break;
+
+	case T_WRITE_LAT:
+		/* poll: spin on the last byte of the RDMA region (perftest,
+		 * dtest -W).  wait/cno: there is no event for an incoming
+		 * write in DAT, so each write is followed by a 0-byte send
+		 * whose receive wakes the peer (ordering: send after write). */
+		for (uint32_t i = 0; i < total; i++) {
+			uint8_t v = perf_next_seq(r);
+
+			if (i == warm)
+				t0 = perf_now();
+			it0 = perf_now();
+			if (r->server) {
+				if (poll ? perf_poll_byte(r, size, v) :
+					   perf_recv(r, 0, "write_lat: waiting for the notification"))
+					return PERF_ERR;
+				if (r->rdma[size - 1] != v)
+					return perf_fail(r, "write_lat: notified, but the RDMA "
+							 "write has not landed (byte %u, expected %u)",
+							 r->rdma[size - 1], v);
+				r->tx[size - 1] = v;
+				if (perf_post(r, OP_WRITE, size, r->req_depth) ||
+				    (!poll && perf_post(r, OP_SEND, 0, r->req_depth)))
+					return PERF_ERR;
+			} else {
+				r->tx[size - 1] = v;
+				if (perf_post(r, OP_WRITE, size, r->req_depth) ||
+				    (!poll && perf_post(r, OP_SEND, 0, r->req_depth)))
+					return PERF_ERR;
+				if (poll ? perf_poll_byte(r, size, v) :
+					   perf_recv(r, 0, "write_lat: waiting for the notification"))
+					return PERF_ERR;
+				if (i >= warm)
+					r->samples[i - warm] = (uint32_t)((perf_now() - it0) / 2);
+				if (r->rdma[size - 1] != v)
+					return perf_fail(r, "write_lat: notified, but the RDMA "
+							 "write has not landed (byte %u, expected %u)",
+							 r->rdma[size - 1], v);
+			}
+			if (perf_reap_some(r))
+				return PERF_ERR;
+			perf_progress_tick(&r->prog, i);
+		}
+		break;
+
+	case T_READ_LAT:
+		if (r->server)
+			break;		/* passive target */
+		if (perf_reap_to(r, 0, "read_lat: draining"))
+			return PERF_ERR;
+		for (uint32_t i = 0; i < total; i++) {
+			if (i == warm)
+				t0 = perf_now();
+			it0 = perf_now();
+			if (perf_post(r, OP_READ, size, 1) ||
+			    perf_reap_to(r, 0, "read_lat: waiting for the read"))
+				return PERF_ERR;
+			if (i >= warm)
+				r->samples[i - warm] = (uint32_t)(perf_now() - it0);
+			perf_progress_tick(&r->prog, i);
+		}
+		break;
+
+	case T_SEND_BW:
+		if (r->server) {
+			for (uint32_t i = 0; i < total; i++) {
+				if (perf_recv(r, size, "send_bw: waiting for data"))
+					return PERF_ERR;
+				perf_progress_tick(&r->prog, i);
+			}
+			break;
+		}
+		/* fallthrough */
+	case T_WRITE_BW:
+	case T_READ_BW:
+		if (r->server)
+			break;		/* RDMA: passive target */
+		for (uint32_t i = 0; i < total; i++) {
+			if (i == warm) {
+				if (perf_reap_to(r, 0, "draining the warm-up"))
+					return PERF_ERR;
+				t0 = perf_now();
+			}
+			if (perf_post(r, t == T_SEND_BW ? OP_SEND : t == T_WRITE_BW ? OP_WRITE : OP_READ,
+				      size, window))
+				return PERF_ERR;
+			perf_progress_tick(&r->prog, i);
+		}
+		if (perf_reap_to(r, 0, "waiting for the last completions"))
+			return PERF_ERR;
+		break;
+	case T_CONN:
+		if (!r->ops->conn_up)
+			return perf_fail(r, "conn: not in this program");
+		rss0 = perf_rss_kib();
+		t0 = perf_now();
+		if (r->ops->conn_up(r->x, size, (uint32_t)window))
+			return PERF_ERR;
+		t_up = perf_now();
+		rss1 = perf_rss_kib();
+		if (r->ops->conn_down(r->x, size))
+			return PERF_ERR;
+		break;
+	default:
+		return perf_fail(r, "%s is not a peer test", tn);
+	}
+
+	/* the end barrier: for streams, the receiver has everything */
+	if (perf_barrier(r, "end of a test phase", passive ? 20 : 1))
+		return PERF_ERR;
+	t1 = perf_now();
+	perf_progress_end(&r->prog);
+	if (r->server)
+		return PERF_OK;
+	if (t == T_CONN) {
+		double sec = (t_up - t0) / 1e9;
+
+		res->window = (uint32_t)window;
+		res->msg_s = size / sec;
+		res->avg_us = sec * 1e6 / size;
+		res->kib_ep = (double)(rss1 - rss0) / size;
+	} else if (perf_tests[t].bw) {
+		double sec = (t1 - t0) / 1e9;
+
+		res->msg_s = n / sec;
+		res->mb_s = (double)size * n / sec / 1e6;
+	} else {
+		uint64_t sum = 0;
+
+		for (uint32_t i = 0; i < n; i++)
+			sum += r->samples[i];
+		perf_lat_stats(r->samples, n, sum, res);
+		res->msg_s = res->avg_us > 0 ? 1e6 / res->avg_us : 0;
+		res->mb_s = res->msg_s * size / 1e6;
+	}
+	return PERF_OK;
+}
+
+/* Every test and size of the plan, in order; the client prints rows. */
+static inline int perf_run_plan(struct perf_run *r)
+{
+	const struct perf_plan *pl = r->plan;
+	uint32_t most = 0;
+
+	for (int k = 0; k < pl->ntests; k++)
+		for (int j = 0; j < pl->nsizes; j++) {
+			uint32_t n = perf_iters(pl, (enum perf_test)pl->tests[k], pl->sizes[j]);
+
+			most = n > most ? n : most;
+		}
+	r->samples = r->server ? NULL : calloc(most ? most : 1, sizeof(*r->samples));
+	if (!r->server && !r->samples)
+		return perf_fail(r, "no memory for %" PRIu32 " latency samples", most);
+	for (int k = 0; k < pl->ntests; k++)
+		for (int j = 0; j < pl->nsizes; j++) {
+			struct perf_result res;
+
+			if (perf_phase(r, (enum perf_test)pl->tests[k], pl->sizes[j], &res)) {
+				free(r->samples);
+				return PERF_ERR;
+			}
+			if (!r->server)
+				perf_out_row(r->out, &res);
+		}
+	free(r->samples);
+	r->samples = NULL;
+	return perf_reap_to(r, 0, "final completions");
+}
+
+#endif
