@@ -443,6 +443,19 @@ run_case() {
 		echo "#   ${secs}s"
 		return
 	fi
+	# dtest -D checks an RDMA write by its last byte, then reads the first:
+	# its own race (tests/run.sh says why), about 1 run in 20.  That failure,
+	# and only that one ("... expected 0x..." data mismatch), is run once
+	# more; the first run's logs stay as *.race.log.
+	if [ "$name" = dtest-datacheck ] && [ -z "${RACE_RETRIED:-}" ] &&
+	   cat "$slog" "$clog" 2>/dev/null | grep -qE 'expected 0x[0-9a-f]+'; then
+		echo "#   $name: dtest's own -D race (a data check before the write had fully landed); running it once more"
+		mv -f "$slog" "${slog%.log}.race.log" 2>/dev/null
+		mv -f "$clog" "${clog%.log}.race.log" 2>/dev/null
+		n=$((n - 1))
+		RACE_RETRIED=1 run_case "$name"
+		return
+	fi
 	nfail=$((nfail + 1))
 	echo "not ok $n - $name: $prog -P $ia ${C_ARGS[$name]}"
 	printf '%s' "$problems" | sed -e '/^$/d' -e 's/^/#   /'
