@@ -384,6 +384,7 @@ DAT_RETURN dfi_ep_connect(DAT_EP_HANDLE h, DAT_IA_ADDRESS_PTR addr, DAT_CONN_QUA
 	struct dfi_ep *ep = dfi_obj_get(h, DFI_T_EP);
 	struct sockaddr_in dest;
 	struct dfi_ia *ia;
+	bool timed;
 	int rc;
 
 	(void)qos;
@@ -426,13 +427,14 @@ DAT_RETURN dfi_ep_connect(DAT_EP_HANDLE h, DAT_IA_ADDRESS_PTR addr, DAT_CONN_QUA
 	/* libfabric has no connect timeout of its own (a peer that accepts
 	 * the TCP connection and never answers leaves it pending forever):
 	 * the progress thread enforces DAT's (dfi_connect_timeouts). */
-	ep->connect_deadline = !rc && timeout != DAT_TIMEOUT_INFINITE ? dfi_deadline(timeout) : 0;
-	if (ep->connect_deadline)
+	timed = !rc && timeout != DAT_TIMEOUT_INFINITE;
+	ep->connect_deadline = timed ? dfi_deadline(timeout) : 0;
+	if (timed)
 		ia->connect_timers = true;
 	pthread_mutex_unlock(&ia->cm_lock);
 	if (rc)
 		return DFI_ERR(DAT_INTERNAL_ERROR, 0);
-	if (ep->connect_deadline)
+	if (timed)
 		dfi_progress_kick(ia);	/* it may be asleep with no tick */
 	return DAT_SUCCESS;
 }
