@@ -577,21 +577,8 @@ static void close_all(struct raw_x *x)
 static void run_init(struct perf_run *r, struct raw_x *x, const struct perf_plan *pl,
 		     struct perf_out *out, bool server)
 {
-	memset(r, 0, sizeof(*r));
-	r->ops = &raw_ops;
-	r->x = x;
-	r->tool = TOOL;
-	r->server = server;
-	r->plan = pl;
-	r->rx = x->buf;
-	r->rdma = x->buf + x->region;
-	r->tx = x->buf + 2 * x->region;
-	r->region = x->region;
-	r->req_depth = perf_req_depth(pl);
-	r->timeout_ns = (uint64_t)opts.timeout_s * 1000000000u;
-	r->prog.quiet = opts.quiet || server;
-	r->prog.tty = isatty(2);
-	r->out = out;
+	perf_run_init(r, &raw_ops, x, TOOL, x->buf, x->region, pl, out, server,
+		      opts.timeout_s, opts.quiet);
 }
 
 static int post_recvs(struct perf_run *r, int n)

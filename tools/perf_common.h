@@ -817,6 +817,30 @@ static inline int perf_recv_depth(const struct perf_plan *pl)
 	return (int)pl->window + 4;
 }
 
+/* A run over `buf`, three regions of `region` bytes (receive, RDMA target,
+ * send), as both daplofi-perf and fi-raw register it. */
+static inline void perf_run_init(struct perf_run *r, const struct perf_ops *ops, void *x,
+				 const char *tool, uint8_t *buf, size_t region,
+				 const struct perf_plan *pl, struct perf_out *out, bool server,
+				 unsigned timeout_s, bool quiet)
+{
+	memset(r, 0, sizeof(*r));
+	r->ops = ops;
+	r->x = x;
+	r->tool = tool;
+	r->server = server;
+	r->plan = pl;
+	r->rx = buf;
+	r->rdma = buf + region;
+	r->tx = buf + 2 * region;
+	r->region = region;
+	r->req_depth = perf_req_depth(pl);
+	r->timeout_ns = (uint64_t)timeout_s * 1000000000u;
+	r->prog.quiet = quiet || server;
+	r->prog.tty = isatty(2);
+	r->out = out;
+}
+
 static inline uint64_t perf_deadline(const struct perf_run *r)
 {
 	return perf_now() + r->timeout_ns;
