@@ -24,14 +24,20 @@
 
 static void *disp_main(void *arg)
 {
-	struct dfi_disp *d = arg;
+	struct dfi_disp_thread *self = arg;
+	struct dfi_disp *d = self->d;
 
 	pthread_mutex_lock(&d->lock);
 	for (;;) {
 		struct dfi_evq *q;
 
-		while (!d->head && !d->stop)
-			pthread_cond_wait(&d->work, &d->lock);
+		while (!d->head && !d->stop) {
+			if (!self->idle) {
+				self->idle = true;
+				d->idle[d->nidle++] = self;
+			}
+			pthread_cond_wait(&self->wake, &d->lock);
+		}
 		if (!d->head)
 			break;		/* stop, and nothing left to run */
 		q = d->head;
@@ -54,22 +60,43 @@ static void *disp_main(void *arg)
 	return NULL;
 }
 
+/* Lock held: wake the idle thread that slept last, if any (a busy thread
+ * looks at the run queue before it sleeps). */
+static void wake_one(struct dfi_disp *d)
+{
+	struct dfi_disp_thread *t;
+
+	if (!d->nidle)
+		return;
+	t = d->idle[--d->nidle];
+	t->idle = false;
+	pthread_cond_signal(&t->wake);
+}
+
 int dfi_disp_start(struct dfi_disp *d, int nthreads, int budget)
 {
 	memset(d, 0, sizeof(*d));
 	if (nthreads < 1 || budget < 1)
 		return -EINVAL;
-	pthread_mutex_init(&d->lock, NULL);
-	pthread_cond_init(&d->work, NULL);
-	pthread_cond_init(&d->released, NULL);
 	d->budget = budget;
-	d->threads = calloc((size_t)nthreads, sizeof(pthread_t));
-	if (!d->threads)
+	d->threads = calloc((size_t)nthreads, sizeof(*d->threads));
+	d->idle = calloc((size_t)nthreads, sizeof(*d->idle));
+	if (!d->threads || !d->idle) {
+		free(d->threads);
+		free(d->idle);
 		return -ENOMEM;
+	}
+	pthread_mutex_init(&d->lock, NULL);
+	pthread_cond_init(&d->released, NULL);
 	for (int i = 0; i < nthreads; i++) {
-		int rc = pthread_create(&d->threads[i], NULL, disp_main, d);
+		struct dfi_disp_thread *t = &d->threads[i];
+		int rc;
 
+		t->d = d;
+		pthread_cond_init(&t->wake, NULL);
+		rc = pthread_create(&t->tid, NULL, disp_main, t);
 		if (rc) {
+			pthread_cond_destroy(&t->wake);
 			dfi_err(DFI_SS_EVD, "upcall dispatcher: thread %d of %d: %s", i + 1,
 				nthreads, strerror(rc));
 			dfi_disp_stop(d);
@@ -86,14 +113,18 @@ void dfi_disp_stop(struct dfi_disp *d)
 {
 	pthread_mutex_lock(&d->lock);
 	d->stop = true;
-	pthread_cond_broadcast(&d->work);
-	pthread_mutex_unlock(&d->lock);
 	for (int i = 0; i < d->nthreads; i++)
-		pthread_join(d->threads[i], NULL);
+		pthread_cond_signal(&d->threads[i].wake);
+	pthread_mutex_unlock(&d->lock);
+	for (int i = 0; i < d->nthreads; i++) {
+		pthread_join(d->threads[i].tid, NULL);
+		pthread_cond_destroy(&d->threads[i].wake);
+	}
 	free(d->threads);
+	free(d->idle);
 	d->threads = NULL;
-	d->nthreads = 0;
-	pthread_cond_destroy(&d->work);
+	d->idle = NULL;
+	d->nthreads = d->nidle = 0;
 	pthread_cond_destroy(&d->released);
 	pthread_mutex_destroy(&d->lock);
 }
@@ -109,7 +140,7 @@ void dfi_disp_enqueue(struct dfi_disp *d, struct dfi_evq *q)
 		else
 			d->head = q;
 		d->tail = q;
-		pthread_cond_signal(&d->work);
+		wake_one(d);
 	}
 	pthread_mutex_unlock(&d->lock);
 }
