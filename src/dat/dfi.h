@@ -252,6 +252,7 @@ struct dfi_evd {
 	struct dfi_evq q;
 	struct dfi_cq *cq;		/* DTO EVDs, once an EP connects (IA lock) */
 	bool parked;			/* CQ fd out of epoll until the tick (IA lock) */
+	bool unwatched;			/* its CQ is closing: out of every pass (IA lock) */
 	/* SRQ receive completions read from EPs' private CQs, oldest first,
 	 * waiting for ring slots: part of the EVD's source (q.lock) */
 	struct dfi_srq_dto *staged, *staged_tail;

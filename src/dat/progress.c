@@ -127,19 +127,26 @@ static bool poll_rcqs(struct dfi_ia *ia, bool stalled_only)
 	return again;
 }
 
-/* libfabric 1.17 tcp keeps a connected socket in the EQ's wait set too: the
- * EQ fd turns readable when data arrives, and only CQ progress consumes it.
- * So an EQ wake-up without a CM event gets a progress pass over every CQ
- * (inside the batch: no CQ is closed under it). */
+/* An EQ still readable after rounds of reading and try-waiting: libfabric
+ * 1.17 tcp keeps connecting sockets in the EQ's set, and one that only CQ
+ * progress would consume keeps the fd readable.  So a pass over every CQ
+ * (inside the batch: no CQ is closed under it).  (The EQ's own signal
+ * stays set after fi_eq_read until a try-wait: that, not data, is why the
+ * fd once looked readable for ever.) */
 static void progress_all_cqs(struct dfi_ia *ia)
 {
 	struct dfi_evd *evds[64];
 	int n = 0;
 
 	pthread_mutex_lock(&ia->lock);
-	for (struct dfi_obj *o = ia->objs.next; o != &ia->objs && n < 64; o = o->next)
-		if (o->type == DFI_T_EVD && ((struct dfi_evd *)o)->cq)
-			evds[n++] = (struct dfi_evd *)o;
+	for (struct dfi_obj *o = ia->objs.next; o != &ia->objs && n < 64; o = o->next) {
+		struct dfi_evd *evd = (struct dfi_evd *)o;
+
+		/* not one whose CQ is closing: its closer waits for the batch
+		 * that was running, not for this one */
+		if (o->type == DFI_T_EVD && evd->cq && !evd->unwatched)
+			evds[n++] = evd;
+	}
 	pthread_mutex_unlock(&ia->lock);
 	for (int i = 0; i < n; i++)
 		dfi_evq_source_notify(&evds[i]->q);
@@ -251,12 +258,25 @@ static void *progress_main(void *arg)
 			}
 
 			if (evd == NULL) {
-				/* A wake-up with no CM event is data for a CQ; if
-				 * that pass moves nothing (a stalled stream), the
-				 * EQ sleeps until the tick instead of spinning. */
-				if (dfi_cm_handle(ia) > 0) {
+				/* CM events, then a try-wait: libfabric's EQ
+				 * signal stays set after fi_eq_read (the fd would
+				 * stay readable for ever); a try-wait clears it,
+				 * or reports what came meanwhile.  A wake-up with
+				 * no event is a step of a connection's set-up
+				 * inside libfabric. */
+				int r, rounds = 0;
+
+				do {
+					dfi_cm_handle(ia);
+					r = dfi_eq_trywait(ia->eq);
+				} while (r == -EAGAIN && ++rounds < 4);
+				if (r == 0) {
 					arm_eq(ia, EPOLL_CTL_MOD);
 				} else {
+					/* still pending (a socket of the EQ's set
+					 * that stays readable, or a failing
+					 * try-wait): CQ progress may consume it;
+					 * the EQ again on the tick */
 					progress_all_cqs(ia);
 					ticking = true;
 				}
@@ -370,6 +390,7 @@ void dfi_progress_unwatch_cq(struct dfi_ia *ia, struct dfi_evd *evd)
 		return;
 	epoll_ctl(ia->epfd, EPOLL_CTL_DEL, dfi_cq_fd(evd->cq), NULL);
 	evd->parked = false;
+	evd->unwatched = true;		/* no later batch picks it up */
 	if (pthread_equal(pthread_self(), ia->progress))
 		return;		/* freed from a callback of the thread itself */
 	b = ia->batch;

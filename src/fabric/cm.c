@@ -11,6 +11,7 @@
 
 struct dfi_eq {
 	struct fid_eq *eq;
+	struct fid_fabric *fabric;
 	int fd;
 };
 
@@ -36,6 +37,7 @@ int dfi_eq_open(struct dfi_fabric *f, struct dfi_eq **out)
 
 	if (!q)
 		return -ENOMEM;
+	q->fabric = f->fabric;
 	rc = fi_eq_open(f->fabric, &attr, &q->eq, NULL);
 	if (rc) {
 		dfi_err(DFI_SS_FABRIC, "fi_eq_open: %s", fi_strerror(-rc));
@@ -64,6 +66,14 @@ void dfi_eq_close(struct dfi_eq *q)
 int dfi_eq_fd(struct dfi_eq *q)
 {
 	return q->fd;
+}
+
+int dfi_eq_trywait(struct dfi_eq *q)
+{
+	struct fid *fids[1] = { &q->eq->fid };
+	int rc = fi_trywait(q->fabric, fids, 1);
+
+	return rc == -FI_EAGAIN ? -EAGAIN : rc;
 }
 
 int dfi_eq_read(struct dfi_eq *q, struct dfi_cm_event *ev)

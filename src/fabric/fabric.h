@@ -84,6 +84,9 @@ struct dfi_cm_event {
 int dfi_eq_open(struct dfi_fabric *f, struct dfi_eq **eq);
 void dfi_eq_close(struct dfi_eq *eq);
 int dfi_eq_fd(struct dfi_eq *eq);
+/* Before sleeping on the fd: 0 armed and empty, -EAGAIN events pending
+ * (libfabric's EQ signal stays set after fi_eq_read until a try-wait). */
+int dfi_eq_trywait(struct dfi_eq *eq);
 /* 1: an event was read; 0: none; -errno: failure. */
 int dfi_eq_read(struct dfi_eq *eq, struct dfi_cm_event *ev);
 void dfi_connreq_free(void *req);
