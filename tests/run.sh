@@ -78,6 +78,19 @@ for t in "$B"/tests/test_*; do
 	esac
 	run "$name" 300 "$t"
 done
+# The progress thread's lease (DAPL_OFI_PROGRESS_LEASE_US, progress.c) at
+# both ends of its range: 0 (it watches every CQ), and 1 ms (it stays off a
+# CQ for 1 ms after its consumer's last call): a passive RDMA target still
+# sees every write land, whole, and streams lose nothing.
+if [ "$scope" = all ] && [ -x "$B/tests/test_api_conn" ]; then
+	for lease in 0 1000; do
+		for what in write:'test_rdma_write*' stream:'test_stream*'; do
+			DAPL_OFI_PROGRESS_LEASE_US=$lease run \
+				"test_api_conn-lease$lease-${what%%:*}" 300 \
+				"$B/tests/test_api_conn" "${what#*:}"
+		done
+	done
+fi
 if [ "$scope" != unit ] && [ -x tests/stock/dapltest.sh ]; then
 	B=$B DAPLTEST_WRAP="$stock_wrap" run stock_dapltest 900 tests/stock/dapltest.sh
 fi

@@ -288,6 +288,8 @@ static int ep_open_fep(struct dfi_ep *ep, void *req, const struct sockaddr_in *d
 		if ((rc = dfi_srq_ep_open_cq(ep)))
 			return rc;
 		rx = ep->rcq;
+	} else {
+		dfi_progress_pair(ep->req_evd, ep->recv_evd);
 	}
 	rc = dfi_fep_open(ia->fab, ia->eq, req, dest, tx ? tx : spare, rx ? rx : spare,
 			  ep->srq ? ep->srq->srx : NULL,

@@ -104,6 +104,7 @@ struct dfi_ia {
 	unsigned rcq_gen;		/* bumped when an SRQ EP's CQ leaves epoll (IA lock) */
 	pthread_t progress;
 	bool progress_on;
+	uint64_t lease_ns;		/* DAPL_OFI_PROGRESS_LEASE_US, in ns */
 	unsigned batch;			/* odd while the thread handles events */
 	pthread_cond_t batch_done;
 	struct dfi_dto_pool *zombies;	/* pools of freed EPs with completions due */
@@ -251,8 +252,17 @@ struct dfi_evd {
 	struct dfi_obj hdr;
 	struct dfi_evq q;
 	struct dfi_cq *cq;		/* DTO EVDs, once an EP connects (IA lock) */
-	bool parked;			/* CQ fd out of epoll until the tick (IA lock) */
+	/* The progress thread's lease (progress.c; IA lock): the CQ fd stays
+	 * out of epoll while the consumer drives the CQ itself. */
+	bool parked;
 	bool unwatched;			/* its CQ is closing: out of every pass (IA lock) */
+	uint32_t calls_seen;		/* consumer calls at the last look */
+	uint64_t calls_moved;		/* when the last look saw them move (ns) */
+	uint64_t park_until, park_step;	/* next look; the current backoff (ns) */
+	/* The other DTO EVD of the EPs feeding this one: reading either CQ
+	 * drives those EPs (NULL: none yet, or not one EVD: partner_mixed). */
+	struct dfi_evd *partner;
+	bool partner_mixed;
 	/* SRQ receive completions read from EPs' private CQs, oldest first,
 	 * waiting for ring slots: part of the EVD's source (q.lock) */
 	struct dfi_srq_dto *staged, *staged_tail;
@@ -440,6 +450,8 @@ void dfi_progress_rearm_rcq(struct dfi_ep *ep, bool stalled);
 void dfi_progress_mark_stalled(struct dfi_ep *ep, bool stalled);
 /* Wake the thread to look at stalled SRQ EPs again (a buffer was posted). */
 void dfi_progress_kick(struct dfi_ia *ia);
+/* ep's libfabric endpoint reports to the CQs of both EVDs (IA lock taken). */
+void dfi_progress_pair(struct dfi_evd *req, struct dfi_evd *recv);
 
 /* srq.c */
 DAT_RETURN dfi_srq_create(DAT_IA_HANDLE, DAT_PZ_HANDLE, DAT_SRQ_ATTR *, DAT_SRQ_HANDLE *);

@@ -405,6 +405,9 @@ static DAT_RETURN post(DAT_EP_HANDLE h, DAT_COUNT nseg, DAT_LMR_TRIPLET *iov,
 		break;
 	}
 	pthread_mutex_unlock(&ep->hdr.ia->cm_lock);
+	if (!rc && (kind == POST_RECV ? ep->recv_evd : ep->req_evd))
+		/* a busy poster: the progress thread stays off (progress.c) */
+		dfi_evq_touch(&(kind == POST_RECV ? ep->recv_evd : ep->req_evd)->q);
 	if (rc) {
 		dfi_dto_put(pool, i);
 		if (rc == -EAGAIN)

@@ -9,10 +9,26 @@
  *   - CQ ready: dfi_evq_source_notify() - the EVD core wakes its waiter, or
  *     reads completions into free ring slots and notifies the CNO.  Either
  *     way reading the CQ drives the provider's progress.
- * CQ fds are one-shot (EPOLLONESHOT): a CQ is re-armed after each pass,
- * except that one whose EVD ring is full or has a waiter is parked (the
- * waiter polls the fd itself) and re-armed by the 10 ms tick, so a
- * level-triggered fd cannot spin the thread.
+ * CQ fds are one-shot (EPOLLONESHOT), and the thread stays off a CQ that
+ * its consumer drives itself - the lease (DAPL_OFI_PROGRESS_LEASE_US, L,
+ * default 50 us).  A CQ whose EVD has a waiter (it sleeps on the fd
+ * itself), or whose consumer called dequeue, wait or a post feeding it
+ * within the last L as seen by this thread's looks - on this EVD or on
+ * the other DTO EVD of the same EPs, since reading either CQ moves those
+ * EPs - gets no pass and stays parked, out of epoll, looked at again after
+ * a backoff: L, doubling up to the 10 ms tick while the consumer stays
+ * busy.  After a pass a CQ is parked for L too: at most one pass per L,
+ * so a consumer held up for a while (descheduled on 2 CPUs) does not turn
+ * this thread into its stream's engine, taking every completion's wake-up
+ * and locks.  Exceptions: an EVD with an enabled CNO or an upcall policy
+ * is re-armed after each pass and never parked by its consumer's calls
+ * (its consumer relies on this thread's notification); a full ring parks
+ * (nothing could be read).  A polling or waiting consumer thus pays for no
+ * progress-thread wake-up per completion - on 2 CPUs each one preempted
+ * the poller - while a passive RDMA target (dtest -W spins on memory and
+ * calls nothing) is driven again within about L of its last call.  L = 0
+ * keeps every CQ watched (a pass per completion: the lowest latency for a
+ * target that only spins on memory, at its consumers' expense).
  * The private receive CQ of each SRQ EP (srq.c) is watched too, for the
  * EP's life, and never parked: a pass reads it empty and re-arms it.  One
  * that cannot be armed (its data waits for an SRQ buffer) is retried on
@@ -25,6 +41,8 @@
 #include "util/param.h"
 
 #include <sched.h>
+#include <stdatomic.h>
+#include <time.h>
 
 #include <errno.h>
 #include <stdlib.h>
@@ -34,6 +52,9 @@
 #include <unistd.h>
 
 #define TICK_MS 10
+#define LEASE_MAX_NS	(TICK_MS * UINT64_C(1000000))
+#define PARK_MIN_NS	(UINT64_C(1000000))	/* a waiter's or a full ring's, with L = 0 */
+#define LEASE_EQ_NS	(50 * UINT64_C(1000))	/* the EQ's first backoff during set-up */
 
 static int arm_cq(struct dfi_ia *ia, struct dfi_evd *evd, int op)
 {
@@ -153,17 +174,71 @@ static void progress_all_cqs(struct dfi_ia *ia)
 	poll_rcqs(ia, false);
 }
 
-/* Tick: give parked CQs back to epoll (IA lock held). */
-static void unpark(struct dfi_ia *ia)
+/* Whether the consumer drives evd's CQ itself: it waits on it, or made
+ * calls on it (or on the partner EVD, whose CQ reads move the same EPs)
+ * that this thread saw move within the last lease.  Counting calls keeps
+ * clocks off the consumer's path; the window keeps a consumer that is only
+ * held up (descheduled, or behind a lock) counted as active (IA lock
+ * held). */
+static bool consumer_drives(struct dfi_ia *ia, struct dfi_evd *evd, uint64_t now)
 {
+	uint32_t c = dfi_evq_calls(&evd->q);
+
+	if (evd->partner)
+		c += dfi_evq_calls(&evd->partner->q);
+	if (c != evd->calls_seen) {
+		evd->calls_seen = c;
+		evd->calls_moved = now;
+	}
+	return dfi_evq_consumer_drives(&evd->q, ia->lease_ns && evd->calls_moved &&
+				       now - evd->calls_moved < ia->lease_ns);
+}
+
+/* Keep evd's CQ fd out of epoll (IA lock held); the backoff doubles while
+ * the consumer stays busy.  Returns when to look again. */
+static uint64_t park_cq(struct dfi_ia *ia, struct dfi_evd *evd, uint64_t now)
+{
+	evd->park_step = !evd->parked ? (ia->lease_ns ? ia->lease_ns : PARK_MIN_NS) :
+			 evd->park_step >= LEASE_MAX_NS / 2 ? LEASE_MAX_NS : 2 * evd->park_step;
+	evd->parked = true;
+	evd->park_until = now + evd->park_step;
+	return evd->park_until;
+}
+
+/* A parked CQ's lease is due (IA lock held): park again, or watch the fd
+ * again - already readable if completions came meanwhile, so the pass
+ * follows at once.  Returns when to look again (0: watched). */
+static uint64_t lease(struct dfi_ia *ia, struct dfi_evd *evd, uint64_t now)
+{
+	if (consumer_drives(ia, evd, now))
+		return park_cq(ia, evd, now);
+	evd->parked = false;
+	arm_cq(ia, evd, EPOLL_CTL_MOD);
+	return 0;
+}
+
+static uint64_t earliest(uint64_t a, uint64_t b)
+{
+	return !a ? b : !b ? a : a < b ? a : b;
+}
+
+/* Leases due by now: look at their consumers again.  Returns the next
+ * lease due (0: none parked). */
+static uint64_t leases_due(struct dfi_ia *ia, uint64_t now)
+{
+	uint64_t next = 0;
+
+	pthread_mutex_lock(&ia->lock);
 	for (struct dfi_obj *o = ia->objs.next; o != &ia->objs; o = o->next) {
 		struct dfi_evd *evd = (struct dfi_evd *)o;
 
-		if (o->type == DFI_T_EVD && evd->parked && evd->cq) {
-			evd->parked = false;
-			arm_cq(ia, evd, EPOLL_CTL_MOD);
-		}
+		if (o->type != DFI_T_EVD || !evd->parked || !evd->cq)
+			continue;
+		next = earliest(next, evd->park_until > now ? evd->park_until :
+				lease(ia, evd, now));
 	}
+	pthread_mutex_unlock(&ia->lock);
+	return next;
 }
 
 static void batch_mark(struct dfi_ia *ia)
@@ -175,11 +250,33 @@ static void batch_mark(struct dfi_ia *ia)
 	pthread_mutex_unlock(&ia->lock);
 }
 
+/* epoll_wait until an event or the deadline `at` (ns, 0: none), with
+ * microsecond resolution where the kernel has epoll_pwait2. */
+static int wait_events(int epfd, struct epoll_event *evs, int max, uint64_t at, uint64_t now)
+{
+	static _Atomic int no_pwait2;
+	uint64_t left = at > now ? at - now : 0;
+	struct timespec ts = { (time_t)(left / 1000000000u), (long)(left % 1000000000u) };
+	int n;
+
+	if (!at)
+		return epoll_wait(epfd, evs, max, -1);
+	if (!atomic_load_explicit(&no_pwait2, memory_order_relaxed)) {
+		n = epoll_pwait2(epfd, evs, max, &ts, NULL);
+		if (n >= 0 || errno != ENOSYS)
+			return n;
+		atomic_store_explicit(&no_pwait2, 1, memory_order_relaxed);
+	}
+	return epoll_wait(epfd, evs, max, (int)((left + 999999) / 1000000));
+}
+
 static void *progress_main(void *arg)
 {
 	struct dfi_ia *ia = arg;
 	bool ticking = false, rcq_retry = false;
 	uint64_t tick_at = 0;		/* when ticking: the next tick (CLOCK_MONOTONIC ns) */
+	uint64_t lease_at = 0;		/* the earliest parked CQ's next look (0: none) */
+	uint64_t eq_at = 0, eq_step = 0;	/* the EQ's re-arm, and its backoff (ns) */
 
 	if (dfi_param_int(DFI_P_PROGRESS_RT)) {
 		struct sched_param sp = { .sched_priority = 1 };
@@ -193,27 +290,29 @@ static void *progress_main(void *arg)
 	for (;;) {
 		struct epoll_event evs[32];
 		unsigned gen = rcq_gen(ia);
-		int n, timeout = -1;
+		uint64_t now, wake_at;
+		int n;
 		bool rescan;
 
 		/* The tick is a deadline, not a quiet spell: a steady stream of
-		 * other events must not starve a parked CQ or a stalled EP. */
-		if (ticking) {
-			uint64_t now = dfi_now_ns();
-
-			if (!tick_at)
-				tick_at = now + TICK_MS * UINT64_C(1000000);
-			timeout = tick_at > now ? (int)((tick_at - now + 999999) / 1000000) : 0;
-		}
-		n = epoll_wait(ia->epfd, evs, 32, timeout);
+		 * other events must not starve a stalled EP or a lease. */
+		now = dfi_now_ns();
+		if (ticking && !tick_at)
+			tick_at = now + TICK_MS * UINT64_C(1000000);
+		wake_at = earliest(earliest(ticking ? tick_at : 0, lease_at), eq_at);
+		n = wait_events(ia->epfd, evs, 32, wake_at, now);
 		if (n < 0 && errno != EINTR) {
 			dfi_err(DFI_SS_FABRIC, "progress: epoll_wait: %m");
 			break;
 		}
-		if (ticking && dfi_now_ns() >= tick_at) {
-			pthread_mutex_lock(&ia->lock);
-			unpark(ia);
-			pthread_mutex_unlock(&ia->lock);
+		now = dfi_now_ns();
+		if (lease_at && now >= lease_at)
+			lease_at = leases_due(ia, now);
+		if (eq_at && now >= eq_at) {
+			arm_eq(ia, EPOLL_CTL_MOD);
+			eq_at = 0;
+		}
+		if (ticking && now >= tick_at) {
 			arm_eq(ia, EPOLL_CTL_MOD);
 			/* stalled SRQ EPs (or all, after a cut-short pass) */
 			batch_mark(ia);
@@ -271,14 +370,19 @@ static void *progress_main(void *arg)
 					r = dfi_eq_trywait(ia->eq);
 				} while (r == -EAGAIN && ++rounds < 4);
 				if (r == 0) {
+					eq_step = 0;
 					arm_eq(ia, EPOLL_CTL_MOD);
 				} else {
 					/* still pending (a socket of the EQ's set
 					 * that stays readable, or a failing
 					 * try-wait): CQ progress may consume it;
-					 * the EQ again on the tick */
+					 * the EQ again after a backoff, 50 us
+					 * doubling up to the tick */
 					progress_all_cqs(ia);
-					ticking = true;
+					eq_step = !eq_step ? LEASE_EQ_NS :
+						  eq_step >= LEASE_MAX_NS / 2 ? LEASE_MAX_NS :
+						  2 * eq_step;
+					eq_at = now + eq_step;
 				}
 				continue;
 			}
@@ -286,14 +390,23 @@ static void *progress_main(void *arg)
 				batch_mark(ia);
 				return NULL;	/* stop_fd */
 			}
+			/* A consumer that drives the CQ itself gets no pass
+			 * either: under a stream, the pass would race it for
+			 * every completion (and for the EVD lock). */
+			pthread_mutex_lock(&ia->lock);
+			park = evd->cq && consumer_drives(ia, evd, now);
+			if (park)
+				lease_at = earliest(lease_at, park_cq(ia, evd, now));
+			pthread_mutex_unlock(&ia->lock);
+			if (park)
+				continue;
 			dfi_evq_source_notify(&evd->q);
-			pthread_mutex_lock(&evd->q.lock);
-			park = evd->q.waiter || evd->q.count == evd->q.qlen;
-			pthread_mutex_unlock(&evd->q.lock);
+			/* at most one pass per lease (unless a CNO or an
+			 * upcall relies on this thread: see the top) */
 			pthread_mutex_lock(&ia->lock);
 			if (evd->cq) {
-				if (park)
-					evd->parked = ticking = true;
+				if (dfi_evq_consumer_drives(&evd->q, ia->lease_ns != 0))
+					lease_at = earliest(lease_at, park_cq(ia, evd, now));
 				else
 					arm_cq(ia, evd, EPOLL_CTL_MOD);
 			}
@@ -309,11 +422,19 @@ static void *progress_main(void *arg)
 int dfi_progress_start(struct dfi_ia *ia)
 {
 	struct epoll_event ev = { .events = EPOLLIN };
+	long lease_us;
 	int rc = 0;
 
 	pthread_mutex_lock(&ia->lock);
 	if (ia->progress_on)
 		goto out;
+	lease_us = dfi_param_int(DFI_P_PROGRESS_LEASE_US);
+	if (lease_us < 0 || lease_us > TICK_MS * 1000) {
+		dfi_warn(DFI_SS_FABRIC, "DAPL_OFI_PROGRESS_LEASE_US=%ld is outside 0..%d: "
+			 "50 is used", lease_us, TICK_MS * 1000);
+		lease_us = 50;
+	}
+	ia->lease_ns = (uint64_t)lease_us * 1000u;
 	rc = dfi_eq_open(ia->fab, &ia->eq);
 	if (rc)
 		goto out;
@@ -386,6 +507,16 @@ void dfi_progress_unwatch_cq(struct dfi_ia *ia, struct dfi_evd *evd)
 {
 	unsigned b;
 
+	/* EPs that paired another EVD with this one are gone (an EVD is freed
+	 * once nothing feeds it); a new partner would make it mixed anyway. */
+	for (struct dfi_obj *o = ia->objs.next; o != &ia->objs; o = o->next) {
+		struct dfi_evd *other = (struct dfi_evd *)o;
+
+		if (o->type == DFI_T_EVD && other->partner == evd) {
+			other->partner = NULL;
+			other->partner_mixed = true;
+		}
+	}
 	if (!ia->progress_on || !evd->cq)
 		return;
 	epoll_ctl(ia->epfd, EPOLL_CTL_DEL, dfi_cq_fd(evd->cq), NULL);
@@ -477,4 +608,30 @@ void dfi_progress_kick(struct dfi_ia *ia)
 	pthread_mutex_unlock(&ia->lock);
 	if (on && write(ia->kick_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
 		dfi_err(DFI_SS_FABRIC, "progress: kick: %m");
+}
+
+/* IA lock held. */
+static void pair_one(struct dfi_evd *a, struct dfi_evd *b)
+{
+	if (a->partner_mixed || a->partner == b)
+		return;
+	if (a->partner) {
+		a->partner = NULL;
+		a->partner_mixed = true;
+	} else {
+		a->partner = b;
+	}
+}
+
+void dfi_progress_pair(struct dfi_evd *req, struct dfi_evd *recv)
+{
+	struct dfi_ia *ia;
+
+	if (!req || !recv || req == recv)
+		return;
+	ia = req->hdr.ia;
+	pthread_mutex_lock(&ia->lock);
+	pair_one(req, recv);
+	pair_one(recv, req);
+	pthread_mutex_unlock(&ia->lock);
 }

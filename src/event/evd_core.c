@@ -184,7 +184,9 @@ static int fill(struct dfi_evq *q)
  * Completions found on the way are pulled in.  Lock held. */
 static void arm_source(struct dfi_evq *q)
 {
-	while (q->src && !q->src_armed && q->count < q->qlen) {
+	/* Bounded: under a stream completions keep landing, and an unarmed
+	 * source's fd stays readable, so whoever watches it comes back. */
+	for (int tries = 0; tries < 4 && q->src && !q->src_armed && q->count < q->qlen; tries++) {
 		int rc = q->src->trywait(q->src_ctx);
 
 		if (rc == 0) {
@@ -336,6 +338,23 @@ void dfi_evq_source_notify(struct dfi_evq *q)
 	notify_cno(cno, q->handle);
 }
 
+bool dfi_evq_consumer_drives(struct dfi_evq *q, bool active)
+{
+	bool r;
+
+	pthread_mutex_lock(&q->lock);
+	r = q->waiter || q->count == q->qlen ||
+	    (active && !(q->enabled && q->cno) && !up_active(q));
+	pthread_mutex_unlock(&q->lock);
+	return r;
+}
+
+/* A consumer call (lock held; posts may bump it concurrently). */
+static void count_call(struct dfi_evq *q)
+{
+	dfi_evq_touch(q);
+}
+
 bool dfi_evq_wants_notify(struct dfi_evq *q)
 {
 	bool r;
@@ -357,6 +376,7 @@ DAT_RETURN dfi_evq_dequeue(struct dfi_evq *q, DAT_EVENT *ev)
 		pthread_mutex_unlock(&q->lock);
 		return DFI_ERR(DAT_INVALID_STATE, DAT_INVALID_STATE_EVD_WAITER);
 	}
+	count_call(q);
 	if (q->count == 0 && q->src) {
 		fill(q);
 		/* A CNO or upcall consumer that polls until empty and then
@@ -444,6 +464,7 @@ DAT_RETURN dfi_evq_wait(struct dfi_evq *q, DAT_TIMEOUT timeout, DAT_COUNT thresh
 	q->waiter = true;
 	q->state = DFI_EVQ_WAITED;
 	q->threshold = threshold;
+	count_call(q);
 
 	for (;;) {
 		int fds[2], r;

@@ -18,6 +18,7 @@
 #ifndef DFI_EVENT_H
 #define DFI_EVENT_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <pthread.h>
@@ -98,6 +99,12 @@ struct dfi_evq {
 	int up_claims;			/* dispatcher threads holding this EVD */
 	struct dfi_evq *up_next;
 
+	/* Consumer calls (dequeue, wait, and posts feeding this EVD: see
+	 * dfi_evq_touch), read without the lock by the progress context
+	 * (dfi_evq_calls): a moving count means a busy consumer, who reads
+	 * the EVD, and so its source, itself. */
+	_Atomic uint32_t calls;
+
 	/* statistics, read by tests and the info tool */
 	uint64_t n_posted, n_dropped, n_wakeups, n_upcalls;
 };
@@ -153,6 +160,26 @@ void dfi_evq_source_notify(struct dfi_evq *q);
 /* Whether the progress context must watch the source's fd for this EVD
  * (it has a CNO and is enabled; a waiter watches the fd itself). */
 bool dfi_evq_wants_notify(struct dfi_evq *q);
+
+/* Consumer calls so far (dequeue and wait), without the lock. */
+static inline uint32_t dfi_evq_calls(struct dfi_evq *q)
+{
+	return atomic_load_explicit(&q->calls, memory_order_relaxed);
+}
+
+/* A call that counts as the consumer's activity on q without entering it
+ * (a post whose completion q will get): no lock needed. */
+static inline void dfi_evq_touch(struct dfi_evq *q)
+{
+	atomic_fetch_add_explicit(&q->calls, 1, memory_order_relaxed);
+}
+
+/* Progress context: whether it may stay off the source's fd because the
+ * consumer drives the source itself: a waiter sleeps on the fd, or
+ * `active` (the caller saw consumer calls recently, dfi_evq_calls) and no
+ * CNO or upcall relies on the progress context; or the ring is full
+ * (nothing could be read). */
+bool dfi_evq_consumer_drives(struct dfi_evq *q, bool active);
 
 /* dat_evd_free: DAT_SUCCESS (the EVD is now FREEING; call dfi_evq_fini), or
  * DAT_INVALID_STATE with EVD_IN_USE or EVD_WAITER and nothing changed. */

@@ -32,6 +32,15 @@ const struct dfi_param dfi_params[DFI_P_COUNT] = {
 		"(dtest -W) at once instead of after a scheduler slice (about 4 ms "
 		"on 2 cores).  The thread sleeps in epoll between events.  0: "
 		"normal scheduling." },
+	[DFI_P_PROGRESS_LEASE_US] = { "DAPL_OFI_PROGRESS_LEASE_US", DFI_PARAM_INT, "50",
+		"How long, in microseconds, the progress thread stays off an EVD's "
+		"completion queue after the consumer's last dequeue, wait or post "
+		"on it (or after its own pass): a polling or waiting consumer "
+		"drives the queue itself and pays no progress-thread wake-up per "
+		"completion.  A passive RDMA target that only spins on memory sees "
+		"writes land within about this much of its last call.  0: the "
+		"thread watches every queue all the time (lowest latency for such "
+		"a target, one wake-up per completion for everyone else)." },
 	[DFI_P_UPCALL_THREADS] = { "DAPL_OFI_UPCALL_THREADS", DFI_PARAM_INT, "2",
 		"Upcall dispatcher threads per IA (1-64), started with the first "
 		"EVD given an upcall policy.  More than one lets DAT_UPCALL_MANY "

@@ -1838,6 +1838,74 @@ static void test_dequeue_polls_source(void **state)
 	fake_source_free(fs);
 }
 
+/* ---------------------------------------------- the progress lease's inputs */
+
+/* Consumer calls are counted for the progress context (progress.c stays
+ * off a CQ whose consumer drives it): dequeue, wait, and posts that touch
+ * the EVD; a producer's post or a notify pass is not a consumer call. */
+static void test_consumer_calls_counted(void **state)
+{
+	struct dfi_evq *q = evq_new(8, DAT_EVD_SOFTWARE_FLAG | DAT_EVD_DTO_FLAG, NULL);
+	DAT_EVENT ev;
+	DAT_COUNT nmore;
+	uint32_t c0;
+
+	(void)state;
+	c0 = dfi_evq_calls(q);
+	assert_int_equal(DAT_GET_TYPE(dfi_evq_dequeue(q, &ev)), DAT_QUEUE_EMPTY);
+	assert_int_equal(dfi_evq_calls(q), c0 + 1);
+	assert_int_equal(evq_post_sw(q, 1), DAT_SUCCESS);
+	dfi_evq_source_notify(q);
+	assert_int_equal(dfi_evq_calls(q), c0 + 1);	/* producers are not consumers */
+	assert_int_equal(dfi_evq_wait(q, 0, 1, &ev, &nmore), DAT_SUCCESS);
+	assert_int_equal(dfi_evq_calls(q), c0 + 2);
+	dfi_evq_touch(q);
+	assert_int_equal(dfi_evq_calls(q), c0 + 3);
+	assert_int_equal(DAT_GET_TYPE(dfi_evq_wait(q, 0, 1, &ev, &nmore)), DAT_TIMEOUT_EXPIRED);
+	assert_int_equal(dfi_evq_calls(q), c0 + 4);
+	evq_free(q);
+}
+
+/* Whether the consumer drives the source: activity (the caller's reading of
+ * the counter), a waiter, or a full ring say yes; an enabled CNO says no to
+ * activity alone (its consumer relies on the progress context). */
+static void test_consumer_drives_rules(void **state)
+{
+	struct dfi_evq *q = evq_new(4, DAT_EVD_SOFTWARE_FLAG | DAT_EVD_DTO_FLAG, NULL);
+	struct dfi_cno cno;
+	struct waitjob *j;
+
+	(void)state;
+	assert_false(dfi_evq_consumer_drives(q, false));
+	assert_true(dfi_evq_consumer_drives(q, true));
+
+	assert_int_equal(dfi_cno_init(&cno, (DAT_CNO_HANDLE)&cno, NULL, false), 0);
+	dfi_evq_modify_cno(q, &cno);
+	dfi_evq_enable(q);
+	assert_false(dfi_evq_consumer_drives(q, true));
+	dfi_evq_disable(q);
+	assert_true(dfi_evq_consumer_drives(q, true));
+	dfi_evq_modify_cno(q, NULL);
+
+	for (uint64_t i = 0; i < 4; i++)
+		assert_int_equal(evq_post_sw(q, i), DAT_SUCCESS);
+	assert_true(dfi_evq_consumer_drives(q, false));	/* full: nothing to read */
+	for (uint64_t i = 0; i < 4; i++)
+		evq_expect(q, i);
+	assert_false(dfi_evq_consumer_drives(q, false));
+
+	j = waitjob_start(q, DAT_TIMEOUT_INFINITE, 1);
+	evq_wait_for_waiter(q, 0);
+	assert_true(dfi_evq_consumer_drives(q, false));	/* it sleeps on the fd */
+	assert_int_equal(evq_post_sw(q, 9), DAT_SUCCESS);
+	waitjob_join(j, 5000);
+	assert_int_equal(j->rc, DAT_SUCCESS);
+	free(j);
+	assert_false(dfi_evq_consumer_drives(q, false));
+	dfi_cno_fini(&cno);
+	evq_free(q);
+}
+
 /* dfi_evq_source_notify with no waiter reads into free slots only. */
 static void test_source_notify_fills_free_slots_only(void **state)
 {
@@ -2124,6 +2192,8 @@ int main(void)
 		evtest(test_concurrent_provider_posters),
 		evtest(test_dequeue_polls_source),
 		evtest(test_source_notify_fills_free_slots_only),
+		evtest(test_consumer_calls_counted),
+		evtest(test_consumer_drives_rules),
 		evtest(test_s25_spurious_wakeups_honour_timeout),
 		evtest(test_s25_spurious_then_completion),
 		evtest(test_s26_ep_destroyed_with_pending_completions),

@@ -427,6 +427,27 @@ static void test_idle_thread_woken_last_in_first_out(void **state)
 	rec_free(r);
 }
 
+/* An EVD under an upcall policy is never left to its consumer's calls: the
+ * progress context must keep watching its source (progress.c). */
+static void test_policy_keeps_progress_watching(void **state)
+{
+	struct dfi_disp *d = disp_new(1, 16);
+	struct dfi_evq *q = evq_new(QLEN, FLAGS, NULL);
+	struct rec *r = rec_new(q);
+	struct tagged t = { r, 0, 0 };
+
+	(void)state;
+	assert_true(dfi_evq_consumer_drives(q, true));
+	assert_int_equal(arm(q, d, &t, DAT_UPCALL_MANY, DAT_UPCALL_INVOC_NEW, NULL), DAT_SUCCESS);
+	assert_false(dfi_evq_consumer_drives(q, true));
+	assert_int_equal(arm(q, d, &t, DAT_UPCALL_DISABLE, DAT_UPCALL_INVOC_NEW, NULL),
+			 DAT_SUCCESS);
+	assert_true(dfi_evq_consumer_drives(q, true));
+	evq_free(q);
+	disp_free(d);
+	rec_free(r);
+}
+
 /* The SMP window (rule 6): a completion lands between the arm's last look
  * and the arm itself, or right after the arm.  Either way it is delivered. */
 static void inject_once(struct fake_source *fs, void *arg)
@@ -1175,6 +1196,7 @@ int main(void)
 		evtest(test_any_delivers_queued_with_truthful_more),
 		evtest(test_arm_reports_source_completions),
 		evtest(test_idle_thread_woken_last_in_first_out),
+		evtest(test_policy_keeps_progress_watching),
 		evtest(test_smp_window_before_arm),
 		evtest(test_smp_window_after_arm),
 		evtest(test_dequeue_read_leaves_no_stranded_event),
