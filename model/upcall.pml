@@ -160,7 +160,7 @@ byte nfinished;			/* producer processes done */
 #define up_active	(up_policy != P_DISABLE && state != S_FREEING)
 
 /* Locals every process declares: inline temporaries. */
-#define LOCALS	byte n, trc, ev, de, drc, rc, np, budget, pol; bool more, stale, ta, tb, busy
+#define LOCALS	byte n, trc, ev, de, drc, rc, np, budget, pol; bool more, stale, ta, tb, busy, irq
 
 /* ------------------------------------------------------------ granularity
  *
@@ -319,7 +319,7 @@ inline dfi_evq_post(e)
 	}
 }
 
-/* evd_core.c dfi_evq_source_notify */
+/* evd_core.c dfi_evq_source_notify_irq (the progress thread's; source_notify) */
 inline dfi_evq_source_notify()
 {
 	atomic {
@@ -331,12 +331,26 @@ inline dfi_evq_source_notify()
 	};
 	arm_source();				/* re-arm before notifying */
 	atomic {
+		/* dfi_evq_source_notify_irq: the progress thread runs the
+		 * upcalls due itself (a dispatcher turn, with a claim) rather
+		 * than handing them to a dispatcher thread; only what it will
+		 * not run (an instance runs, or nothing is due) is kicked */
+		irq = up_active && up_fire && count > 0 &&
+		      (up_running == 0 || up_policy == P_MANY);
 		if
-		:: up_active -> up_kick()
+		:: up_active && !irq -> up_kick()
 		:: else -> skip
 		fi;
 		RELEASE
-	}
+	};
+	if
+	:: irq ->
+		irq = false;
+		atomic { assert(!freed); up_claims++ };	/* (5) */
+		dfi_evq_dispatch();
+		atomic { assert(!freed); up_claims-- }
+	:: else -> skip
+	fi
 }
 
 /* The pop half of dfi_evq_dequeue (lock held): r = R_OK with e, or R_EMPTY;

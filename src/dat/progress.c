@@ -6,9 +6,10 @@
  * byte).  So one thread per IA epolls the event queue and every DTO EVD's
  * CQ fd:
  *   - EQ ready: CM events become DAT connection and CR events (conn.c);
- *   - CQ ready: dfi_evq_source_notify() - the EVD core wakes its waiter, or
- *     reads completions into free ring slots and notifies the CNO.  Either
- *     way reading the CQ drives the provider's progress.
+ *   - CQ ready: dfi_evq_source_notify_irq() - the EVD core wakes its
+ *     waiter, or reads completions into free ring slots and notifies the
+ *     CNO, or runs the upcalls due right here (kDAT's interrupt context).
+ *     Either way reading the CQ drives the provider's progress.
  * CQ fds are one-shot (EPOLLONESHOT), and the thread stays off a CQ that
  * its consumer drives itself - the lease (DAPL_OFI_PROGRESS_LEASE_US, L,
  * default 50 us).  A CQ whose EVD has a waiter (it sleeps on the fd
@@ -170,7 +171,7 @@ static void progress_all_cqs(struct dfi_ia *ia)
 	}
 	pthread_mutex_unlock(&ia->lock);
 	for (int i = 0; i < n; i++)
-		dfi_evq_source_notify(&evds[i]->q);
+		dfi_evq_source_notify_irq(&evds[i]->q);
 	poll_rcqs(ia, false);
 }
 
@@ -400,7 +401,7 @@ static void *progress_main(void *arg)
 			pthread_mutex_unlock(&ia->lock);
 			if (park)
 				continue;
-			dfi_evq_source_notify(&evd->q);
+			dfi_evq_source_notify_irq(&evd->q);
 			/* at most one pass per lease (unless a CNO or an
 			 * upcall relies on this thread: see the top) */
 			pthread_mutex_lock(&ia->lock);

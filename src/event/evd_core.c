@@ -311,9 +311,10 @@ int dfi_evq_post(struct dfi_evq *q, const DAT_EVENT *ev)
 	return 0;
 }
 
-void dfi_evq_source_notify(struct dfi_evq *q)
+static void source_notify(struct dfi_evq *q, bool run_upcalls)
 {
 	struct dfi_cno *cno = NULL;
+	bool run = false;
 	int n;
 
 	pthread_mutex_lock(&q->lock);
@@ -328,14 +329,29 @@ void dfi_evq_source_notify(struct dfi_evq *q)
 	 * context watches the fd, and a level-triggered wait object (libfabric
 	 * CQ signal fds) stays readable until the next try-wait. */
 	arm_source(q);
-	if (up_active(q))
-		up_kick(q);
-	else if (q->enabled && q->cno && (n > 0 || q->count > 0)) {
+	if (up_active(q)) {
+		run = run_upcalls && q->up_fire && q->count > 0 &&
+		      (!q->up_running || q->up_policy == DAT_UPCALL_MANY);
+		if (!run)
+			up_kick(q);
+	} else if (q->enabled && q->cno && (n > 0 || q->count > 0)) {
 		dfi_cno_hold(q->cno);
 		cno = q->cno;
 	}
 	pthread_mutex_unlock(&q->lock);
 	notify_cno(cno, q->handle);
+	if (run)
+		dfi_disp_run_here(q->disp, q);
+}
+
+void dfi_evq_source_notify(struct dfi_evq *q)
+{
+	source_notify(q, false);
+}
+
+void dfi_evq_source_notify_irq(struct dfi_evq *q)
+{
+	source_notify(q, true);
 }
 
 bool dfi_evq_consumer_drives(struct dfi_evq *q, bool active)

@@ -157,6 +157,11 @@ void dfi_evq_notify_model(struct dfi_evq *q, DAT_EVD_STATE kind, int delta);
 
 /* The source's notification fired (called from the progress context). */
 void dfi_evq_source_notify(struct dfi_evq *q);
+/* The same, from the provider's progress thread itself (its "interrupt"
+ * context): upcalls due run here, a budgeted turn (dfi_disp_run_here),
+ * instead of waking a dispatcher thread - one wake-up less from a
+ * completion to its upcall.  The EVD must stay valid meanwhile. */
+void dfi_evq_source_notify_irq(struct dfi_evq *q);
 /* Whether the progress context must watch the source's fd for this EVD
  * (it has a CNO and is enabled; a waiter watches the fd itself). */
 bool dfi_evq_wants_notify(struct dfi_evq *q);
@@ -243,6 +248,10 @@ int dfi_disp_start(struct dfi_disp *d, int nthreads, int budget);
 void dfi_disp_stop(struct dfi_disp *d);
 /* Put q on the run queue (EVD lock held; no-op if already queued). */
 void dfi_disp_enqueue(struct dfi_disp *d, struct dfi_evq *q);
+/* Run one budgeted turn on q in the calling thread (the progress thread),
+ * with a claim like a dispatcher thread's; what the budget leaves goes to
+ * the dispatcher threads. */
+void dfi_disp_run_here(struct dfi_disp *d, struct dfi_evq *q);
 /* Take q off the run queue and wait until no dispatcher thread holds it
  * (EVD lock not held).  After it, d never touches q again unless q is
  * enqueued anew - which a FREEING EVD never is. */

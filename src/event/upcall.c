@@ -145,6 +145,21 @@ void dfi_disp_enqueue(struct dfi_disp *d, struct dfi_evq *q)
 	pthread_mutex_unlock(&d->lock);
 }
 
+void dfi_disp_run_here(struct dfi_disp *d, struct dfi_evq *q)
+{
+	pthread_mutex_lock(&d->lock);
+	q->up_claims++;
+	d->n_turns++;
+	pthread_mutex_unlock(&d->lock);
+
+	dfi_evq_dispatch(q, d->budget);
+
+	pthread_mutex_lock(&d->lock);
+	if (--q->up_claims == 0)
+		pthread_cond_broadcast(&d->released);
+	pthread_mutex_unlock(&d->lock);
+}
+
 void dfi_disp_forget(struct dfi_disp *d, struct dfi_evq *q)
 {
 	pthread_mutex_lock(&d->lock);

@@ -427,6 +427,98 @@ static void test_idle_thread_woken_last_in_first_out(void **state)
 	rec_free(r);
 }
 
+/* The progress thread's notification (dfi_evq_source_notify_irq) runs the
+ * upcalls due in the calling thread - kDAT's interrupt context, one
+ * wake-up less than a hand-off - a budgeted turn; what the budget leaves
+ * goes to the dispatcher threads.  Every event once, in order. */
+static void test_irq_notify_runs_upcalls_here(void **state)
+{
+	struct dfi_disp *d = disp_new(2, 16);
+	struct dfi_evq *q = evq_new(QLEN, FLAGS, NULL);
+	struct fake_source *fs = fake_source_new();
+	struct rec *r = rec_new(q);
+	struct tagged t = { r, 0, 0 };
+	pthread_t me = pthread_self();
+	bool others = false;
+	DAT_EVENT ev;
+
+	(void)state;
+	atomic_store(&n_up_threads, 0);
+	r->hook = record_thread;
+	fake_source_attach(fs, q);
+	assert_int_equal(arm(q, d, &t, DAT_UPCALL_SINGLE_INSTANCE, DAT_UPCALL_INVOC_NEW, NULL),
+			 DAT_SUCCESS);
+	for (uint64_t i = 1; i <= 5; i++) {
+		ev = ev_dto(i);
+		fake_source_inject(fs, &ev);
+	}
+	dfi_evq_source_notify_irq(q);
+	assert_int_equal(atomic_load(&r->calls), 5);	/* done before it returned */
+	for (int i = 0; i < 5; i++)
+		assert_true(pthread_equal(up_threads[i], me));
+
+	for (uint64_t i = 6; i <= 45; i++) {		/* 40: more than the budget */
+		ev = ev_dto(i);
+		fake_source_inject(fs, &ev);
+	}
+	dfi_evq_source_notify_irq(q);
+	WAIT_UNTIL(atomic_load(&r->calls) == 45, 2000);
+	assert_int_equal(atomic_load(&r->calls), 45);
+	for (int i = 5; i < 21; i++)
+		assert_true(pthread_equal(up_threads[i], me));	/* one budget here */
+	for (int i = 21; i < 45; i++)
+		others = others || !pthread_equal(up_threads[i], me);
+	assert_true(others);				/* the rest by a dispatcher */
+	assert_int_equal(atomic_load(&r->max_inflight), 1);
+	expect_seen_once(r, 1, 45);
+	for (size_t i = 0; i < 45; i++)
+		assert_int_equal(r->order[i], i + 1);
+	assert_int_equal(arm(q, d, &t, DAT_UPCALL_TEARDOWN, DAT_UPCALL_INVOC_NEW, NULL),
+			 DAT_SUCCESS);
+	evq_free(q);
+	fake_source_free(fs);
+	disp_free(d);
+	rec_free(r);
+}
+
+/* SINGLE_INSTANCE holds for the progress thread too: while a dispatcher
+ * thread runs an upcall, the notification does not run another; the
+ * running instance's re-check delivers the new event. */
+static void test_irq_notify_respects_single_instance(void **state)
+{
+	struct dfi_disp *d = disp_new(2, 16);
+	struct dfi_evq *q = evq_new(QLEN, FLAGS, NULL);
+	struct fake_source *fs = fake_source_new();
+	struct rec *r = rec_new(q);
+	struct tagged t = { r, 0, 0 };
+	DAT_EVENT ev;
+
+	(void)state;
+	fake_source_attach(fs, q);
+	assert_int_equal(arm(q, d, &t, DAT_UPCALL_SINGLE_INSTANCE, DAT_UPCALL_INVOC_NEW, NULL),
+			 DAT_SUCCESS);
+	atomic_store(&r->block, true);
+	post(q, 1);
+	WAIT_UNTIL(atomic_load(&r->blocked), 2000);
+	assert_true(atomic_load(&r->blocked));
+	ev = ev_dto(2);
+	fake_source_inject(fs, &ev);
+	dfi_evq_source_notify_irq(q);		/* must return: no second instance */
+	assert_int_equal(atomic_load(&r->calls), 0);
+	assert_int_equal(atomic_load(&r->max_inflight), 1);
+	atomic_store(&r->block, false);
+	WAIT_UNTIL(atomic_load(&r->calls) == 2, 2000);
+	assert_int_equal(atomic_load(&r->calls), 2);
+	assert_int_equal(atomic_load(&r->max_inflight), 1);
+	assert_int_equal(atomic_load(&r->single_overlap), 0);
+	assert_int_equal(r->order[0], 1);
+	assert_int_equal(r->order[1], 2);
+	evq_free(q);
+	fake_source_free(fs);
+	disp_free(d);
+	rec_free(r);
+}
+
 /* An EVD under an upcall policy is never left to its consumer's calls: the
  * progress context must keep watching its source (progress.c). */
 static void test_policy_keeps_progress_watching(void **state)
@@ -1196,6 +1288,8 @@ int main(void)
 		evtest(test_any_delivers_queued_with_truthful_more),
 		evtest(test_arm_reports_source_completions),
 		evtest(test_idle_thread_woken_last_in_first_out),
+		evtest(test_irq_notify_runs_upcalls_here),
+		evtest(test_irq_notify_respects_single_instance),
 		evtest(test_policy_keeps_progress_watching),
 		evtest(test_smp_window_before_arm),
 		evtest(test_smp_window_after_arm),
