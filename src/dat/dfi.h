@@ -154,8 +154,10 @@ struct dfi_dto_pool {
 	struct dfi_dto *d;
 	int n, free_head, outstanding;
 	/* completions read into an EVD but not yet reaped by the consumer:
-	 * they still hold a work queue slot, as on a verbs QP */
-	int undequeued;
+	 * they still hold a work queue slot, as on a verbs QP.  Raised under
+	 * the lock (with outstanding lowered in the same section), lowered
+	 * without it when the consumer reaps (cq_consumed, on its path). */
+	_Atomic int undequeued;
 	struct dfi_dto_pool *next_zombie;
 };
 

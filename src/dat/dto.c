@@ -57,7 +57,8 @@ int dfi_dto_get(struct dfi_dto_pool *p)
 	int i;
 
 	pthread_mutex_lock(&p->lock);
-	i = p->outstanding + p->undequeued < p->n ? p->free_head : -1;
+	i = p->outstanding + atomic_load_explicit(&p->undequeued, memory_order_relaxed) < p->n ?
+	    p->free_head : -1;
 	if (i >= 0) {
 		p->free_head = p->d[i].next;
 		p->outstanding++;
@@ -75,18 +76,24 @@ void dfi_dto_put(struct dfi_dto_pool *p, int i)
 	pthread_mutex_unlock(&p->lock);
 }
 
-/* A completion read from the CQ: the descriptor returns to the free list
- * and, when the completion is reported, its credit moves from outstanding
- * to undequeued in the same critical section.  Done in two, a dfi_dto_get
- * in between sees the descriptor counted twice and refuses a legal post. */
-static void dto_complete(struct dfi_dto_pool *p, int i, bool reported)
+/* Completions read from the CQ, a run of one pool's descriptors (idx[],
+ * `reported` of them reported): the descriptors return to the free list
+ * and the reported ones' credits move from outstanding to undequeued in the
+ * same critical section.  Done in two, a dfi_dto_get in between sees a
+ * descriptor counted twice and refuses a legal post.  One lock per run, not
+ * per completion: a stream's batch comes from one EP. */
+static void dto_complete(struct dfi_dto_pool *p, const int *idx, int n, int reported)
 {
+	if (!p || !n)
+		return;
 	pthread_mutex_lock(&p->lock);
 	if (reported)
-		p->undequeued++;
-	p->d[i].next = p->free_head;
-	p->free_head = i;
-	p->outstanding--;
+		atomic_fetch_add_explicit(&p->undequeued, reported, memory_order_relaxed);
+	for (int k = 0; k < n; k++) {
+		p->d[idx[k]].next = p->free_head;
+		p->free_head = idx[k];
+	}
+	p->outstanding -= n;
 	pthread_mutex_unlock(&p->lock);
 }
 
@@ -163,6 +170,9 @@ static int cq_read(void *ctx, DAT_EVENT *ev, int max)
 
 		if (n <= 0)
 			return out ? out : n;
+		struct dfi_dto_pool *run = NULL;	/* the pool of idx[] */
+		int idx[64], nidx = 0, nrep = 0;
+
 		for (int i = 0; i < n; i++) {
 			struct dfi_dto *d = c[i].ctx;
 			bool report;
@@ -175,8 +185,15 @@ static int cq_read(void *ctx, DAT_EVENT *ev, int max)
 			report = !d->suppress || c[i].err;
 			if (report)
 				dto_event(d, &c[i], &ev[out++]);
-			dto_complete(d->pool, (int)(d - d->pool->d), report);
+			if (d->pool != run) {
+				dto_complete(run, idx, nidx, nrep);
+				run = d->pool;
+				nidx = nrep = 0;
+			}
+			idx[nidx++] = (int)(d - run->d);
+			nrep += report;
 		}
+		dto_complete(run, idx, nidx, nrep);
 		if (n < want)
 			break;
 	}
@@ -213,9 +230,7 @@ static void cq_consumed(void *ctx, const DAT_EVENT *ev)
 		return;
 	}
 	p = e->operation == DAT_DTO_RECEIVE ? ep->recvq : ep->sendq;
-	pthread_mutex_lock(&p->lock);
-	p->undequeued--;
-	pthread_mutex_unlock(&p->lock);
+	atomic_fetch_sub_explicit(&p->undequeued, 1, memory_order_relaxed);
 }
 
 static const struct dfi_evq_source_ops cq_source = {
