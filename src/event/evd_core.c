@@ -515,9 +515,10 @@ DAT_RETURN dfi_evq_wait(struct dfi_evq *q, DAT_TIMEOUT timeout, DAT_COUNT thresh
 		pthread_mutex_unlock(&q->lock);
 		r = dfi_sleep_fds(fds, 2, deadline);
 		pthread_mutex_lock(&q->lock);
-		drain_wake(q);
-		if (r != 0)
-			q->src_armed = false;	/* re-arm before the next sleep */
+		if (r > 0 && (r & 1))
+			drain_wake(q);	/* not when only the source's fd woke us: a syscall */
+		if (r < 0 || (r & 2))
+			q->src_armed = false;	/* it fired: re-arm before the next sleep */
 		if (q->state == DFI_EVQ_FREEING) {
 			rc = DFI_ERR(DAT_ABORT, 0);
 			break;

@@ -323,7 +323,9 @@ uint64_t dfi_deadline(DAT_TIMEOUT timeout_us);
 /* ns left until deadline (0 if passed); UINT64_MAX if infinite. */
 uint64_t dfi_remaining(uint64_t deadline);
 uint64_t dfi_now_ns(void);
-/* ppoll on fds[] until readable or deadline.  Returns >0 readable, 0 timeout, -EINTR. */
+/* ppoll on fds[] (at most 4; -1 entries skipped) until readable or deadline.
+ * Returns the readable ones as a mask (bit i: fds[i]; > 0), 0 on timeout,
+ * -EINTR on a signal. */
 int dfi_sleep_fds(const int *fds, int nfds, uint64_t deadline);
 
 #endif

@@ -34,13 +34,16 @@ uint64_t dfi_remaining(uint64_t deadline)
 int dfi_sleep_fds(const int *fds, int nfds, uint64_t deadline)
 {
 	struct pollfd pfd[4];
+	int which[4];
 	struct timespec ts, *tsp = NULL;
 	uint64_t left = dfi_remaining(deadline);
-	int n = 0, rc;
+	int n = 0, rc, mask = 0;
 
 	for (int i = 0; i < nfds && n < 4; i++)
-		if (fds[i] >= 0)
+		if (fds[i] >= 0) {
+			which[n] = i;
 			pfd[n++] = (struct pollfd){ .fd = fds[i], .events = POLLIN };
+		}
 	if (left != UINT64_MAX) {
 		ts.tv_sec = (time_t)(left / 1000000000u);
 		ts.tv_nsec = (long)(left % 1000000000u);
@@ -49,5 +52,8 @@ int dfi_sleep_fds(const int *fds, int nfds, uint64_t deadline)
 	rc = ppoll(pfd, (nfds_t)n, tsp, NULL);
 	if (rc < 0)
 		return errno == EINTR ? -EINTR : -errno;
-	return rc;
+	for (int k = 0; k < n; k++)
+		if (pfd[k].revents)
+			mask |= 1 << which[k];
+	return mask;
 }
