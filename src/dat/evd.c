@@ -277,6 +277,7 @@ static struct dfi_disp *ia_disp(struct dfi_ia *ia)
 	if (!ia->disp_on) {
 		long n = dfi_param_int(DFI_P_UPCALL_THREADS);
 		long b = dfi_param_int(DFI_P_UPCALL_BUDGET);
+		long spin = dfi_param_int(DFI_P_UPCALL_SPIN_US);
 		int rc;
 
 		if (n < 1 || n > 64) {
@@ -289,12 +290,19 @@ static struct dfi_disp *ia_disp(struct dfi_ia *ia)
 				 "using 16", b);
 			b = 16;
 		}
+		if (spin < 0 || spin > 100000) {
+			dfi_warn(DFI_SS_EVD, "DAPL_OFI_UPCALL_SPIN_US=%ld out of range 0..100000: "
+				 "using 0", spin);
+			spin = 0;
+		}
 		rc = dfi_disp_start(&ia->disp, (int)n, (int)b);
-		if (rc)
+		if (rc) {
 			dfi_err(DFI_SS_EVD, "IA '%s': cannot start the upcall dispatcher: %s",
 				ia->prov->info.ia_name, strerror(-rc));
-		else
+		} else {
+			dfi_disp_set_spin(&ia->disp, (uint64_t)spin * 1000u);
 			ia->disp_on = true;
+		}
 	}
 	if (ia->disp_on)
 		d = &ia->disp;

@@ -237,6 +237,10 @@ struct dfi_disp {
 	struct dfi_disp_thread **idle;
 	int nidle;
 	int nthreads;
+	/* how long a thread that ran out of work spins on the run queue
+	 * before it sleeps (ns; 0: it sleeps at once) */
+	_Atomic uint64_t spin_ns;
+	_Atomic uint64_t enqueued;	/* enqueues so far: what a spinner watches */
 	int budget;			/* upcalls per EVD per turn (fairness) */
 	bool stop;
 	uint64_t n_turns;
@@ -244,6 +248,10 @@ struct dfi_disp {
 
 /* Start nthreads dispatcher threads.  0 or -errno. */
 int dfi_disp_start(struct dfi_disp *d, int nthreads, int budget);
+/* Dispatcher threads that run out of work spin for ns before they sleep:
+ * an upcall then starts within a cache miss, not a wake-up, at the price of
+ * a CPU kept busy that long (DAPL_OFI_UPCALL_SPIN_US). */
+void dfi_disp_set_spin(struct dfi_disp *d, uint64_t ns);
 /* Join them; every EVD using d must have been freed or aborted first. */
 void dfi_disp_stop(struct dfi_disp *d);
 /* Put q on the run queue (EVD lock held; no-op if already queued). */

@@ -19,8 +19,41 @@
 #include "util/log.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ __volatile__("yield");
+#else
+	atomic_signal_fence(memory_order_seq_cst);
+#endif
+}
+
+/* Lock held, run queue empty: watch it without the lock for spin_ns (not
+ * on the idle stack meanwhile, so an enqueue wakes nobody). */
+static void spin(struct dfi_disp *d)
+{
+	uint64_t ns = atomic_load_explicit(&d->spin_ns, memory_order_relaxed), until;
+	uint64_t seen = atomic_load_explicit(&d->enqueued, memory_order_relaxed);
+
+	if (!ns)
+		return;
+	pthread_mutex_unlock(&d->lock);
+	until = dfi_now_ns() + ns;
+	for (unsigned k = 1;; k++) {
+		if (atomic_load_explicit(&d->enqueued, memory_order_acquire) != seen)
+			break;
+		if (!(k & 255) && dfi_now_ns() > until)
+			break;
+		cpu_relax();
+	}
+	pthread_mutex_lock(&d->lock);
+}
 
 static void *disp_main(void *arg)
 {
@@ -31,6 +64,8 @@ static void *disp_main(void *arg)
 	for (;;) {
 		struct dfi_evq *q;
 
+		if (!d->head && !d->stop)
+			spin(d);
 		while (!d->head && !d->stop) {
 			if (!self->idle) {
 				self->idle = true;
@@ -109,10 +144,16 @@ int dfi_disp_start(struct dfi_disp *d, int nthreads, int budget)
 	return 0;
 }
 
+void dfi_disp_set_spin(struct dfi_disp *d, uint64_t ns)
+{
+	atomic_store_explicit(&d->spin_ns, ns, memory_order_relaxed);
+}
+
 void dfi_disp_stop(struct dfi_disp *d)
 {
 	pthread_mutex_lock(&d->lock);
 	d->stop = true;
+	atomic_fetch_add_explicit(&d->enqueued, 1, memory_order_release);	/* spinners */
 	for (int i = 0; i < d->nthreads; i++)
 		pthread_cond_signal(&d->threads[i].wake);
 	pthread_mutex_unlock(&d->lock);
@@ -140,6 +181,7 @@ void dfi_disp_enqueue(struct dfi_disp *d, struct dfi_evq *q)
 		else
 			d->head = q;
 		d->tail = q;
+		atomic_fetch_add_explicit(&d->enqueued, 1, memory_order_release);
 		wake_one(d);
 	}
 	pthread_mutex_unlock(&d->lock);

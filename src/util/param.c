@@ -48,6 +48,11 @@ const struct dfi_param dfi_params[DFI_P_COUNT] = {
 	[DFI_P_UPCALL_BUDGET] = { "DAPL_OFI_UPCALL_BUDGET", DFI_PARAM_INT, "16",
 		"Upcalls a dispatcher thread makes for one EVD before it serves the "
 		"next EVD with work (fairness between busy EVDs)." },
+	[DFI_P_UPCALL_SPIN_US] = { "DAPL_OFI_UPCALL_SPIN_US", DFI_PARAM_INT, "0",
+		"Microseconds a dispatcher thread that ran out of work spins on its "
+		"run queue before it sleeps (0 to 100000): an upcall raised meanwhile "
+		"starts within a cache miss instead of a thread wake-up, at the price "
+		"of a CPU kept busy that long after each burst.  0: sleep at once." },
 };
 
 const char *dfi_param_str(enum dfi_param_id id)

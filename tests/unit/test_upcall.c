@@ -427,6 +427,39 @@ static void test_idle_thread_woken_last_in_first_out(void **state)
 	rec_free(r);
 }
 
+/* A dispatcher that spins before it sleeps (DAPL_OFI_UPCALL_SPIN_US) takes
+ * new work without being woken - it is not on the idle stack while it
+ * spins - delivers everything once and in order, and stops at once when
+ * told to, even in the middle of a long spin (the watchdog catches a hang). */
+static void test_spinning_dispatcher(void **state)
+{
+	struct dfi_disp *d = disp_new(2, 16);
+	struct dfi_evq *q = evq_new(QLEN, FLAGS, NULL);
+	struct rec *r = rec_new(q);
+	struct tagged t = { r, 0, 0 };
+	int spun = 0;
+
+	(void)state;
+	dfi_disp_set_spin(d, 200 * MS);
+	assert_int_equal(arm(q, d, &t, DAT_UPCALL_SINGLE_INSTANCE, DAT_UPCALL_INVOC_NEW, NULL),
+			 DAT_SUCCESS);
+	for (uint64_t i = 1; i <= 200; i++) {
+		post(q, i);
+		WAIT_UNTIL(atomic_load(&r->calls) == i, 2000);
+		assert_int_equal(atomic_load(&r->calls), i);
+		spun += disp_idle(d) < 2;	/* the thread that ran it spins */
+	}
+	assert_true(spun > 0);
+	expect_seen_once(r, 1, 200);
+	for (size_t i = 0; i < 200; i++)
+		assert_int_equal(r->order[i], i + 1);
+	assert_int_equal(arm(q, d, &t, DAT_UPCALL_TEARDOWN, DAT_UPCALL_INVOC_NEW, NULL),
+			 DAT_SUCCESS);
+	evq_free(q);
+	disp_free(d);			/* while a thread spins: must not wait it out */
+	rec_free(r);
+}
+
 /* The progress thread's notification (dfi_evq_source_notify_irq) runs the
  * upcalls due in the calling thread - kDAT's interrupt context, one
  * wake-up less than a hand-off - a budgeted turn; what the budget leaves
@@ -1288,6 +1321,7 @@ int main(void)
 		evtest(test_any_delivers_queued_with_truthful_more),
 		evtest(test_arm_reports_source_completions),
 		evtest(test_idle_thread_woken_last_in_first_out),
+		evtest(test_spinning_dispatcher),
 		evtest(test_irq_notify_runs_upcalls_here),
 		evtest(test_irq_notify_respects_single_instance),
 		evtest(test_policy_keeps_progress_watching),
