@@ -241,6 +241,7 @@ struct dfi_disp {
 	 * before it sleeps (ns; 0: it sleeps at once) */
 	_Atomic uint64_t spin_ns;
 	_Atomic uint64_t enqueued;	/* enqueues so far: what a spinner watches */
+	atomic_bool spinner;		/* a thread spins (one at most): no wake-up */
 	int budget;			/* upcalls per EVD per turn (fairness) */
 	bool stop;
 	uint64_t n_turns;

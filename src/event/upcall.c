@@ -34,14 +34,19 @@ static inline void cpu_relax(void)
 #endif
 }
 
-/* Lock held, run queue empty: watch it without the lock for spin_ns (not
- * on the idle stack meanwhile, so an enqueue wakes nobody). */
+/* Lock held, run queue empty: watch it without the lock for spin_ns.  One
+ * thread spins at a time, and an enqueue wakes no sleeper meanwhile: on 2
+ * CPUs a second spinner, or a woken thread that finds nothing, only takes a
+ * CPU from the spinner and the producer.  The spinner clears the flag
+ * before it takes the lock and looks at the run queue again, and an
+ * enqueue reads it under the lock after linking: whichever comes first,
+ * the work is seen. */
 static void spin(struct dfi_disp *d)
 {
 	uint64_t ns = atomic_load_explicit(&d->spin_ns, memory_order_relaxed), until;
 	uint64_t seen = atomic_load_explicit(&d->enqueued, memory_order_relaxed);
 
-	if (!ns)
+	if (!ns || atomic_exchange(&d->spinner, true))
 		return;
 	pthread_mutex_unlock(&d->lock);
 	until = dfi_now_ns() + ns;
@@ -52,6 +57,7 @@ static void spin(struct dfi_disp *d)
 			break;
 		cpu_relax();
 	}
+	atomic_store(&d->spinner, false);
 	pthread_mutex_lock(&d->lock);
 }
 
@@ -182,7 +188,8 @@ void dfi_disp_enqueue(struct dfi_disp *d, struct dfi_evq *q)
 			d->head = q;
 		d->tail = q;
 		atomic_fetch_add_explicit(&d->enqueued, 1, memory_order_release);
-		wake_one(d);
+		if (!atomic_load(&d->spinner))
+			wake_one(d);
 	}
 	pthread_mutex_unlock(&d->lock);
 }
