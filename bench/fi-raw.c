@@ -71,10 +71,12 @@ struct raw_x {
 	struct fi_context fctx[2];	/* op contexts (FI_CONTEXT is asked for) */
 	bool server;
 	struct sockaddr_in peer;	/* client: the server */
-	/* conn: the endpoints of a phase and their shared CQs */
+	/* conn: the endpoints of a phase (bound to txcq and rxcq); a receive
+	 * completion of ep that conn_drain met, for x_recv_done */
 	struct fid_ep **ceps;
 	uint32_t nceps;
-	struct fid_cq *ctx_cq, *crx_cq;
+	bool held;
+	struct fi_cq_msg_entry held_e;
 	uint64_t retry_until;		/* a refused post is retried until then */
 };
 
@@ -201,8 +203,15 @@ static int x_recv_done(void *p, size_t *len, uint64_t deadline)
 {
 	struct raw_x *x = p;
 	struct fi_cq_msg_entry e;
-	int n = cq_get(x, x->rxcq, x->rxfd, &e, 1, deadline, "receive");
+	int n;
 
+	if (x->held) {		/* it came first */
+		e = x->held_e;
+		x->held = false;
+		n = 1;
+	} else {
+		n = cq_get(x, x->rxcq, x->rxfd, &e, 1, deadline, "receive");
+	}
 	if (n == 1) {
 		*len = e.len;
 		return PERF_OK;
@@ -227,8 +236,6 @@ static int x_req_done(void *p, uint64_t deadline)
 
 #define CONN_MAGIC 0x44505243u		/* "DPRC": a conn-test endpoint */
 
-static int cq_open(struct raw_x *x, struct fid_cq **cq, int *fd);
-
 /* An endpoint as dapl-ofi's dfi_fep_open makes one: from a connection
  * request, or a copy of the fabric's info aimed at the server. */
 static int conn_ep(struct raw_x *x, struct fi_info *req, struct fid_ep **ep)
@@ -251,17 +258,22 @@ static int conn_ep(struct raw_x *x, struct fi_info *req, struct fid_ep **ep)
 	}
 	ei->tx_attr->size = 16;		/* DAT's default queue depths */
 	ei->rx_attr->size = 16;
+	/* The main endpoint's CQs, as daplofi-perf's conn EPs share its DTO
+	 * EVDs: the ping-pong then runs on CQs that N idle endpoints share.
+	 * They post nothing, so nothing of theirs lands there, and the CQs'
+	 * 1024 entries need not grow with N. */
 	rc = fi_endpoint(x->domain, ei, ep, NULL);
 	if (!rc && !(rc = fi_ep_bind(*ep, &x->eq->fid, 0)) &&
-	    !(rc = fi_ep_bind(*ep, &x->ctx_cq->fid, FI_TRANSMIT)) &&
-	    !(rc = fi_ep_bind(*ep, &x->crx_cq->fid, FI_RECV)))
+	    !(rc = fi_ep_bind(*ep, &x->txcq->fid, FI_TRANSMIT)) &&
+	    !(rc = fi_ep_bind(*ep, &x->rxcq->fid, FI_RECV)))
 		rc = fi_enable(*ep);
 	fi_freeinfo(ei);
 	return rc ? fi_fail(rc, "conn: opening an endpoint") : 0;
 }
 
 /* One EQ event within -T (the CQs are progressed meanwhile: tcp moves a
- * shutdown to the EQ only then). */
+ * shutdown to the EQ only then; a read of 0 entries takes none, so the
+ * main endpoint's completions stay). */
 static int conn_event(struct raw_x *x, uint32_t *ev, struct fi_eq_cm_entry *ent, size_t size,
 		      size_t *len)
 {
@@ -285,7 +297,7 @@ static int conn_event(struct raw_x *x, uint32_t *ev, struct fi_eq_cm_entry *ent,
 		}
 		if (n != -FI_EAGAIN && n != -FI_ETIMEDOUT)
 			return fi_fail((int)n, "fi_eq_sread");
-		fi_cq_read(x->crx_cq, NULL, 0);
+		fi_cq_read(x->rxcq, NULL, 0);
 		if (perf_now() > deadline) {
 			fprintf(stderr, "%s: %s: conn: no connection event within %u s (-T)\n",
 				TOOL, x->who, opts.timeout_s);
@@ -302,10 +314,10 @@ static int x_conn_up(void *p, uint32_t n, uint32_t window)
 	uint32_t posted = 0, up = 0, ev;
 	uint8_t pd[8];
 	size_t len;
-	int fd, rc;
+	int rc;
 
 	x->ceps = calloc(n, sizeof(*x->ceps));
-	if (!x->ceps || cq_open(x, &x->ctx_cq, &fd) || cq_open(x, &x->crx_cq, &fd))
+	if (!x->ceps)
 		return PERF_ERR;
 	x->nceps = 0;
 	while (up < n) {
@@ -345,6 +357,57 @@ static int x_conn_up(void *p, uint32_t n, uint32_t window)
 	return 0;
 }
 
+/* A completion of the main endpoint: its contexts are x->fctx. */
+static bool main_ctx(const struct raw_x *x, const void *ctx)
+{
+	return ctx == &x->fctx[0] || ctx == &x->fctx[1];
+}
+
+/*
+ * daplofi-perf's conn_drain: once the conn endpoints are closed nothing of
+ * theirs can arrive; take whatever of theirs a shared CQ holds (nothing:
+ * they post nothing; closing one with posts would cancel them into the CQ
+ * as errors).  The main endpoint's requests were reaped before conn_down
+ * and its peer sends it at most one message meanwhile (the client's
+ * end-of-phase barrier): that receive is kept for x_recv_done; anything
+ * else of the main endpoint is a failure.
+ */
+static int conn_drain(struct raw_x *x, struct fid_cq *cq, bool recv)
+{
+	for (;;) {
+		struct fi_cq_msg_entry e;
+		ssize_t n = fi_cq_read(cq, &e, 1);
+
+		if (n == -FI_EAGAIN)
+			return 0;
+		if (n == -FI_EAVAIL) {
+			struct fi_cq_err_entry err;
+
+			memset(&err, 0, sizeof(err));
+			if (fi_cq_readerr(cq, &err, 0) < 0)
+				return fi_fail(-FI_EAVAIL, "fi_cq_read");
+			if (main_ctx(x, err.op_context)) {
+				fprintf(stderr, "%s: %s: %s completion error: %s\n", TOOL, x->who,
+					recv ? "receive" : "request", fi_strerror(err.err));
+				return PERF_ERR;
+			}
+			continue;		/* a conn endpoint's, cancelled */
+		}
+		if (n < 0)
+			return fi_fail((int)n, "fi_cq_read");
+		if (!main_ctx(x, e.op_context))
+			continue;
+		if (!recv || x->held) {
+			fprintf(stderr, "%s: %s: conn: the %s CQ holds more of the main endpoint's "
+				"completions than the plan allows\n", TOOL, x->who,
+				recv ? "receive" : "request");
+			return PERF_ERR;
+		}
+		x->held_e = e;
+		x->held = true;
+	}
+}
+
 static int x_conn_down(void *p, uint32_t n)
 {
 	struct raw_x *x = p;
@@ -368,8 +431,8 @@ static int x_conn_down(void *p, uint32_t n)
 	}
 	for (uint32_t i = 0; i < x->nceps; i++)
 		fi_close(&x->ceps[i]->fid);
-	fi_close(&x->ctx_cq->fid);
-	fi_close(&x->crx_cq->fid);
+	if (conn_drain(x, x->txcq, false) || conn_drain(x, x->rxcq, true))
+		return PERF_ERR;
 	free(x->ceps);
 	x->ceps = NULL;
 	x->nceps = 0;

@@ -141,10 +141,14 @@ struct dat_x {
 	DAT_COUNT pdata_max;
 	uint64_t seq;			/* cookies */
 	struct up_ring *req_ring, *rcv_ring;	/* mode upcall */
-	/* conn: the endpoints of a phase and their shared EVDs */
+	/* conn: the endpoints of a phase and their connection EVD (their
+	 * DTO EVDs are req and rcv); a receive completion of ep that
+	 * conn_drain met, for x_recv_done */
 	DAT_EP_HANDLE *ceps;
 	uint32_t nceps;
-	DAT_EVD_HANDLE cconn, creq, crcv;
+	DAT_EVD_HANDLE cconn;
+	bool held;
+	DAT_EVENT held_ev;
 	bool server;
 };
 
@@ -317,8 +321,15 @@ static int x_recv_done(void *p, size_t *len, uint64_t deadline)
 {
 	struct dat_x *x = p;
 	DAT_EVENT ev;
-	int rc = next_event(x, x->rcv, &ev, deadline);
+	int rc;
 
+	if (x->held) {		/* it came first */
+		ev = x->held_ev;
+		x->held = false;
+		rc = 1;
+	} else {
+		rc = next_event(x, x->rcv, &ev, deadline);
+	}
 	if (rc == 1) {
 		if (check_dto(x, &ev, true))
 			return PERF_ERR;
@@ -396,7 +407,12 @@ static int conn_ep(struct dat_x *x, DAT_EP_HANDLE *ep)
 	a.max_rdma_read_out = 4;
 	a.request_completion_flags = DAT_COMPLETION_DEFAULT_FLAG;
 	a.recv_completion_flags = DAT_COMPLETION_DEFAULT_FLAG;
-	DAT_CALL(dat_ep_create, x->ia, x->pz, x->crcv, x->creq, x->cconn, &a, ep);
+	/* The main EP's DTO EVDs: the ping-pong then runs on EVDs that N
+	 * idle EPs share (issue 5).  These EPs post nothing, so nothing of
+	 * theirs ever lands there - not even flushed receives when they
+	 * disconnect - and the EVDs' depth (2 x the main EP's queue + 16)
+	 * need not grow with N. */
+	DAT_CALL(dat_ep_create, x->ia, x->pz, x->rcv, x->req, x->cconn, &a, ep);
 	return 0;
 }
 
@@ -415,8 +431,6 @@ static int x_conn_up(void *p, uint32_t n, uint32_t window)
 	x->nceps = 0;
 	DAT_CALL(dat_evd_create, x->ia, 2 * (DAT_COUNT)n + 16, DAT_HANDLE_NULL,
 		 DAT_EVD_CONNECTION_FLAG, &x->cconn);
-	DAT_CALL(dat_evd_create, x->ia, 64, DAT_HANDLE_NULL, DAT_EVD_DTO_FLAG, &x->creq);
-	DAT_CALL(dat_evd_create, x->ia, 64, DAT_HANDLE_NULL, DAT_EVD_DTO_FLAG, &x->crcv);
 	if (x->server) {
 		while (posted < n) {
 			DAT_CR_HANDLE cr;
@@ -468,6 +482,37 @@ static int x_conn_up(void *p, uint32_t n, uint32_t window)
 	return 0;
 }
 
+/*
+ * Once the conn EPs are freed nothing of theirs can arrive: take from a
+ * shared DTO EVD whatever of theirs it holds (nothing, as they post
+ * nothing; a DAT provider may think otherwise), so that the next phase
+ * starts clean.  The main EP's own events cannot be put back: the engine
+ * reaped its requests before conn_down, and the peer sends it at most one
+ * message meanwhile - the client's end-of-phase barrier, which can reach
+ * the server while it is still here - so one receive is kept for
+ * x_recv_done; anything else is a failure.
+ */
+static int conn_drain(struct dat_x *x, DAT_EVD_HANDLE evd, bool recv)
+{
+	DAT_EVENT ev;
+	int rc;
+
+	while ((rc = next_event(x, evd, &ev, 0)) == 1) {
+		if (ev.event_number == DAT_DTO_COMPLETION_EVENT &&
+		    ev.event_data.dto_completion_event_data.ep_handle != x->ep)
+			continue;		/* a conn EP's */
+		if (!recv || x->held) {
+			fprintf(stderr, "%s: %s: conn: the %s EVD holds more of the main EP's "
+				"events than the plan allows (%s)\n", TOOL, x->who,
+				recv ? "receive" : "request", event_name(ev.event_number));
+			return PERF_ERR;
+		}
+		x->held_ev = ev;
+		x->held = true;
+	}
+	return rc;
+}
+
 static int x_conn_down(void *p, uint32_t n)
 {
 	struct dat_x *x = p;
@@ -482,11 +527,9 @@ static int x_conn_down(void *p, uint32_t n)
 			return PERF_ERR;
 	for (uint32_t i = 0; i < x->nceps; i++)
 		DAT_CALL(dat_ep_free, x->ceps[i]);
-	while (dat_evd_dequeue(x->crcv, &ev) == DAT_SUCCESS)
-		;
+	if (conn_drain(x, x->req, false) || conn_drain(x, x->rcv, true))
+		return PERF_ERR;
 	DAT_CALL(dat_evd_free, x->cconn);
-	DAT_CALL(dat_evd_free, x->creq);
-	DAT_CALL(dat_evd_free, x->crcv);
 	free(x->ceps);
 	x->ceps = NULL;
 	x->nceps = 0;

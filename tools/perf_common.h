@@ -42,6 +42,12 @@
 #define PERF_PLAN_VERSION	1
 #define PERF_PLAN_LEN		160		/* fits dapl-ofi's 192-byte private data */
 #define PERF_ACCEPT_LEN		32
+/* conn: the ping-pong on the main connection while the N extra EPs stay
+ * connected and idle.  Fixed, not -I: conn's -S are endpoint counts, and
+ * every count must be measured alike to compare them. */
+#define PERF_CONN_LAT_SIZE	64u
+#define PERF_CONN_LAT_ITERS	2000u
+#define PERF_CONN_LAT_WARMUP	200u
 
 /* Exit codes: 0 ok, 1 failure, 2 not available (upcalls), 3 usage. */
 #define PERF_EXIT_FAIL		1
@@ -77,7 +83,9 @@ static const struct perf_test_info perf_tests[T_COUNT] = {
 	[T_SEND_BW]   = { "send_bw", NULL, "streaming send bandwidth", true, true },
 	[T_WRITE_BW]  = { "write_bw", NULL, "streaming RDMA write bandwidth", true, true },
 	[T_READ_BW]   = { "read_bw", NULL, "streaming RDMA read bandwidth", true, true },
-	[T_CONN]      = { "conn", NULL, "connection set-up and memory per connected EP", true, false },
+	[T_CONN]      = { "conn", NULL,
+			  "connection set-up, memory per connected EP, latency with them idle",
+			  true, false },
 	[T_EVENTS]    = { "events", NULL, "post_se + dequeue pairs, one thread", false, true },
 	[T_WAKE]      = { "wake", NULL, "wake-up latency between two threads", false, false },
 	[T_CNO]       = { "cno", NULL, "CNO wake-up latency between two threads", false, false },
@@ -429,7 +437,8 @@ static inline void perf_usage(FILE *f, const char *prog, const char *name_opt,
 "  -t tests     comma list (default send_lat): send_lat write_lat read_lat\n"
 "               send_bw write_bw read_bw conn events wake cno upcall\n"
 "               (send, write, read: the latency tests; conn runs alone:\n"
-"               its -S are endpoint counts, default 1,16,256,1024)\n"
+"               its -S are endpoint counts, default 1,16,256,1024, and it\n"
+"               times a 64 B ping-pong beside each count of idle EPs)\n"
 "  -S sizes     64  |  64,4k,64k  |  64:1m (powers of two)  |  all (1:1m)\n"
 "               (default 64,4k,64k)\n"
 "  -I iters     iterations per size (default 10000; a bandwidth size moves\n"
@@ -575,6 +584,7 @@ struct perf_result {
 	double avg_us, p50_us, p99_us, max_us;
 	double mb_s, msg_s;
 	double kib_ep;		/* conn: resident memory per endpoint */
+	double conn_us;		/* conn: set-up time per connection */
 };
 
 struct perf_out {
@@ -625,10 +635,10 @@ static inline void perf_out_row(struct perf_out *o, const struct perf_result *r)
 	if (o->fmt == F_CSV) {
 		printf("%s,%s,%s,%" PRIu32 ",%" PRIu32 ",%" PRIu32 ",", o->tool, tn, mn, r->size,
 		       r->iters, r->window);
+		/* conn: the latency of its ping-pong with the N EPs idle; its
+		 * set-up rate is msg_s (connects/s) */
 		if (r->lat)
 			printf("%.3f,%.3f,%.3f,%.3f,", r->avg_us, r->p50_us, r->p99_us, r->max_us);
-		else if (r->test == T_CONN)
-			printf("%.3f,,,,", r->avg_us);
 		else
 			printf(",,,,");
 		printf("%.2f,%.0f,", r->mb_s, r->msg_s);
@@ -642,8 +652,9 @@ static inline void perf_out_row(struct perf_out *o, const struct perf_result *r)
 		if (r->lat)
 			printf(", \"avg_us\": %.3f, \"p50_us\": %.3f, \"p99_us\": %.3f, "
 			       "\"max_us\": %.3f", r->avg_us, r->p50_us, r->p99_us, r->max_us);
-		else if (r->test == T_CONN)
-			printf(", \"avg_us\": %.3f, \"kib_per_ep\": %.2f", r->avg_us, r->kib_ep);
+		if (r->test == T_CONN)
+			printf(", \"us_per_conn\": %.3f, \"kib_per_ep\": %.2f", r->conn_us,
+			       r->kib_ep);
 		printf(", \"mb_s\": %.2f, \"msg_s\": %.0f}", r->mb_s, r->msg_s);
 	} else {
 		if (o->last_test != r->test) {
@@ -655,8 +666,10 @@ static inline void perf_out_row(struct perf_out *o, const struct perf_result *r)
 			if (r->test == T_EVENTS)
 				printf("%10s %9s %10s %12s\n", "pairs", "", "ns/pair", "M pairs/s");
 			else if (r->test == T_CONN)
-				printf("%10s %7s %12s %10s %12s   (client side)\n", "endpoints",
-				       "window", "connects/s", "us/conn", "RSS KiB/EP");
+				printf("%10s %7s %12s %10s %12s %9s %9s %9s %9s   (client side; "
+				       "%u B ping-pong with the EPs idle, one-way us)\n", "endpoints",
+				       "window", "connects/s", "us/conn", "RSS KiB/EP", "avg", "p50",
+				       "p99", "max", PERF_CONN_LAT_SIZE);
 			else if (perf_tests[r->test].bw)
 				printf("%10s %9s %7s %10s %12s %9s\n", "bytes", "iters", "window",
 				       "MB/s", "msg/s", "us/msg");
@@ -670,8 +683,9 @@ static inline void perf_out_row(struct perf_out *o, const struct perf_result *r)
 			printf("%10" PRIu32 " %9s %10.1f %12.2f\n", r->iters, "",
 			       r->msg_s > 0 ? 1e9 / r->msg_s : 0, r->msg_s / 1e6);
 		else if (r->test == T_CONN)
-			printf("%10" PRIu32 " %7" PRIu32 " %12.0f %10.1f %12.1f\n", r->iters, r->window,
-			       r->msg_s, r->avg_us, r->kib_ep);
+			printf("%10" PRIu32 " %7" PRIu32 " %12.0f %10.1f %12.1f %9.2f %9.2f %9.2f"
+			       " %9.2f\n", r->size, r->window, r->msg_s, r->conn_us, r->kib_ep, r->avg_us,
+			       r->p50_us, r->p99_us, r->max_us);
 		else if (!r->lat)
 			printf("%10" PRIu32 " %9" PRIu32 " %7" PRIu32 " %10.1f %12.0f %9.2f\n",
 			       r->size, r->iters, r->window, r->mb_s, r->msg_s,
@@ -756,9 +770,13 @@ struct perf_ops {
 	 * or PERF_ERR. */
 	int (*req_done)(void *x, uint64_t deadline);
 	/* conn: the client opens n more endpoints and connects them, at most
-	 * `window` connecting at once; the server accepts n.  conn_down: the
-	 * client disconnects them, both sides see every disconnection and
-	 * free the endpoints.  0 or PERF_ERR (reported). */
+	 * `window` connecting at once; the server accepts n.  They share the
+	 * main endpoint's completion queues (DTO EVDs, CQs) and post nothing.
+	 * conn_down: the client disconnects them, both sides see every
+	 * disconnection, free the endpoints and take from the shared queues
+	 * whatever of theirs is left, keeping the main endpoint's own
+	 * completions for recv_done (the peer's end-of-phase barrier may
+	 * already be there).  0 or PERF_ERR (reported). */
 	int (*conn_up)(void *x, uint32_t n, uint32_t window);
 	int (*conn_down)(void *x, uint32_t n);
 };
@@ -993,6 +1011,37 @@ static inline int perf_poll_byte(struct perf_run *r, size_t size, uint8_t v)
 
 /* ----------------------------------------------------------- test bodies */
 
+/* The send/recv ping-pong of send_lat, `total` iterations of which the
+ * first `warm` are not measured: the client sends and waits for the pong,
+ * the server waits for the ping and answers.  The client keeps the one-way
+ * time (round trip / 2) of each measured iteration in r->samples; *t0 (if
+ * t0) is the start of the measured ones.  ping, pong: what the waits say
+ * when nothing comes. */
+static inline int perf_pingpong(struct perf_run *r, uint32_t size, uint32_t warm,
+				uint32_t total, const char *ping, const char *pong, uint64_t *t0)
+{
+	for (uint32_t i = 0; i < total; i++) {
+		uint64_t it0;
+
+		if (i == warm && t0)
+			*t0 = perf_now();
+		it0 = perf_now();
+		if (r->server) {
+			if (perf_recv(r, size, ping) || perf_post(r, OP_SEND, size, r->req_depth))
+				return PERF_ERR;
+		} else {
+			if (perf_post(r, OP_SEND, size, r->req_depth) || perf_recv(r, size, pong))
+				return PERF_ERR;
+			if (i >= warm)
+				r->samples[i - warm] = (uint32_t)((perf_now() - it0) / 2);
+		}
+		if (perf_reap_some(r))
+			return PERF_ERR;
+		perf_progress_tick(&r->prog, i);
+	}
+	return PERF_OK;
+}
+
 /* One size of one peer test; the client fills res. */
 static inline int perf_phase(struct perf_run *r, enum perf_test t, uint32_t size,
 			     struct perf_result *res)
@@ -1026,25 +1075,9 @@ static inline int perf_phase(struct perf_run *r, enum perf_test t, uint32_t size
 
 	switch (t) {
 	case T_SEND_LAT:
-		for (uint32_t i = 0; i < total; i++) {
-			if (i == warm)
-				t0 = perf_now();
-			it0 = perf_now();
-			if (r->server) {
-				if (perf_recv(r, size, "send_lat: waiting for the ping") ||
-				    perf_post(r, OP_SEND, size, r->req_depth))
-					return PERF_ERR;
-			} else {
-				if (perf_post(r, OP_SEND, size, r->req_depth) ||
-				    perf_recv(r, size, "send_lat: waiting for the pong"))
-					return PERF_ERR;
-				if (i >= warm)
-					r->samples[i - warm] = (uint32_t)((perf_now() - it0) / 2);
-			}
-			if (perf_reap_some(r))
-				return PERF_ERR;
-			perf_progress_tick(&r->prog, i);
-		}
+		if (perf_pingpong(r, size, warm, total, "send_lat: waiting for the ping",
+				  "send_lat: waiting for the pong", &t0))
+			return PERF_ERR;
 		break;
 
 	case T_WRITE_LAT:
@@ -1140,13 +1173,32 @@ static inline int perf_phase(struct perf_run *r, enum perf_test t, uint32_t size
 	case T_CONN:
 		if (!r->ops->conn_up)
 			return perf_fail(r, "conn: not in this program");
+		if (r->region < PERF_CONN_LAT_SIZE)
+			return perf_fail(r, "conn: a %zu-byte region has no room for the "
+					 "%u-byte ping-pong", r->region, PERF_CONN_LAT_SIZE);
 		rss0 = perf_rss_kib();
 		t0 = perf_now();
 		if (r->ops->conn_up(r->x, size, (uint32_t)window))
 			return PERF_ERR;
 		t_up = perf_now();
 		rss1 = perf_rss_kib();
-		if (r->ops->conn_down(r->x, size))
+		/* Then the ping-pong on the main connection, the N EPs
+		 * connected, idle and sharing its completion queues: the
+		 * progress cost per event must not grow with them (issue 5).
+		 * The barrier starts it with both sides done connecting. */
+		if (perf_barrier(r, "conn: after the connections", 1))
+			return PERF_ERR;
+		perf_progress_end(&r->prog);
+		perf_progress_start(&r->prog, "conn ping-pong", PERF_CONN_LAT_SIZE,
+				    PERF_CONN_LAT_WARMUP + PERF_CONN_LAT_ITERS);
+		if (perf_pingpong(r, PERF_CONN_LAT_SIZE, PERF_CONN_LAT_WARMUP,
+				  PERF_CONN_LAT_WARMUP + PERF_CONN_LAT_ITERS,
+				  "conn: waiting for the ping", "conn: waiting for the pong", NULL))
+			return PERF_ERR;
+		/* conn_down takes what the N EPs left on the shared queues:
+		 * none of the main EP's request completions may be there */
+		if (perf_reap_to(r, 0, "conn: the last ping-pong sends") ||
+		    r->ops->conn_down(r->x, size))
 			return PERF_ERR;
 		break;
 	default:
@@ -1162,10 +1214,17 @@ static inline int perf_phase(struct perf_run *r, enum perf_test t, uint32_t size
 		return PERF_OK;
 	if (t == T_CONN) {
 		double sec = (t_up - t0) / 1e9;
+		uint64_t sum = 0;
 
+		/* the latency fields are the ping-pong's; the set-up rate
+		 * is msg_s */
+		for (uint32_t i = 0; i < PERF_CONN_LAT_ITERS; i++)
+			sum += r->samples[i];
+		perf_lat_stats(r->samples, PERF_CONN_LAT_ITERS, sum, res);
+		res->iters = PERF_CONN_LAT_ITERS;
 		res->window = (uint32_t)window;
 		res->msg_s = size / sec;
-		res->avg_us = sec * 1e6 / size;
+		res->conn_us = sec * 1e6 / size;
 		res->kib_ep = (double)(rss1 - rss0) / size;
 	} else if (perf_tests[t].bw) {
 		double sec = (t1 - t0) / 1e9;
@@ -1192,7 +1251,11 @@ static inline int perf_run_plan(struct perf_run *r)
 
 	for (int k = 0; k < pl->ntests; k++)
 		for (int j = 0; j < pl->nsizes; j++) {
-			uint32_t n = perf_iters(pl, (enum perf_test)pl->tests[k], pl->sizes[j]);
+			enum perf_test t = (enum perf_test)pl->tests[k];
+			/* conn's "iterations" are endpoints; its samples are
+			 * those of its ping-pong */
+			uint32_t n = t == T_CONN ? PERF_CONN_LAT_ITERS :
+				     perf_iters(pl, t, pl->sizes[j]);
 
 			most = n > most ? n : most;
 		}
