@@ -358,7 +358,11 @@ bool dfi_evq_consumer_drives(struct dfi_evq *q, bool active)
 {
 	bool r;
 
-	pthread_mutex_lock(&q->lock);
+	/* A busy lock is a consumer at work (in a stream it holds the lock
+	 * while libfabric copies a message in): waiting for it would only
+	 * cost that consumer a futex wake-up at its unlock. */
+	if (pthread_mutex_trylock(&q->lock))
+		return true;
 	r = q->waiter || q->count == q->qlen ||
 	    (active && !(q->enabled && q->cno) && !up_active(q));
 	pthread_mutex_unlock(&q->lock);

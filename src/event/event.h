@@ -183,7 +183,7 @@ static inline void dfi_evq_touch(struct dfi_evq *q)
  * consumer drives the source itself: a waiter sleeps on the fd, or
  * `active` (the caller saw consumer calls recently, dfi_evq_calls) and no
  * CNO or upcall relies on the progress context; or the ring is full
- * (nothing could be read). */
+ * (nothing could be read); or the EVD's lock is busy (it never waits). */
 bool dfi_evq_consumer_drives(struct dfi_evq *q, bool active);
 
 /* dat_evd_free: DAT_SUCCESS (the EVD is now FREEING; call dfi_evq_fini), or
