@@ -61,6 +61,21 @@ static void spin(struct dfi_disp *d)
 	pthread_mutex_lock(&d->lock);
 }
 
+/* One turn on q with a claim (dfi_disp_forget waits for claims): the
+ * dispatcher lock is held on entry and on return, not during the turn. */
+static void claimed_turn(struct dfi_disp *d, struct dfi_evq *q)
+{
+	q->up_claims++;
+	d->n_turns++;
+	pthread_mutex_unlock(&d->lock);
+
+	dfi_evq_dispatch(q, d->budget);
+
+	pthread_mutex_lock(&d->lock);
+	if (--q->up_claims == 0)
+		pthread_cond_broadcast(&d->released);
+}
+
 static void *disp_main(void *arg)
 {
 	struct dfi_disp_thread *self = arg;
@@ -87,15 +102,7 @@ static void *disp_main(void *arg)
 			d->tail = NULL;
 		q->up_next = NULL;
 		q->up_queued = false;
-		q->up_claims++;
-		d->n_turns++;
-		pthread_mutex_unlock(&d->lock);
-
-		dfi_evq_dispatch(q, d->budget);
-
-		pthread_mutex_lock(&d->lock);
-		if (--q->up_claims == 0)
-			pthread_cond_broadcast(&d->released);
+		claimed_turn(d, q);
 	}
 	pthread_mutex_unlock(&d->lock);
 	return NULL;
@@ -197,15 +204,7 @@ void dfi_disp_enqueue(struct dfi_disp *d, struct dfi_evq *q)
 void dfi_disp_run_here(struct dfi_disp *d, struct dfi_evq *q)
 {
 	pthread_mutex_lock(&d->lock);
-	q->up_claims++;
-	d->n_turns++;
-	pthread_mutex_unlock(&d->lock);
-
-	dfi_evq_dispatch(q, d->budget);
-
-	pthread_mutex_lock(&d->lock);
-	if (--q->up_claims == 0)
-		pthread_cond_broadcast(&d->released);
+	claimed_turn(d, q);
 	pthread_mutex_unlock(&d->lock);
 }
 
