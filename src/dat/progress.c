@@ -55,7 +55,7 @@
 #define TICK_MS 10
 #define LEASE_MAX_NS	(TICK_MS * UINT64_C(1000000))
 #define PARK_MIN_NS	(UINT64_C(1000000))	/* a waiter's or a full ring's, with L = 0 */
-#define LEASE_EQ_NS	(50 * UINT64_C(1000))	/* the EQ's first backoff during set-up */
+#define LEASE_EQ_NS	(50 * UINT64_C(1000))	/* the EQ's first backoff, if it stays readable */
 
 static int arm_cq(struct dfi_ia *ia, struct dfi_evd *evd, int op)
 {
@@ -195,12 +195,18 @@ static bool consumer_drives(struct dfi_ia *ia, struct dfi_evd *evd, uint64_t now
 				       now - evd->calls_moved < ia->lease_ns);
 }
 
+/* The next step of a backoff: `first`, then doubling up to the tick. */
+static uint64_t backoff(uint64_t step, uint64_t first)
+{
+	return !step ? first : step >= LEASE_MAX_NS / 2 ? LEASE_MAX_NS : 2 * step;
+}
+
 /* Keep evd's CQ fd out of epoll (IA lock held); the backoff doubles while
  * the consumer stays busy.  Returns when to look again. */
 static uint64_t park_cq(struct dfi_ia *ia, struct dfi_evd *evd, uint64_t now)
 {
-	evd->park_step = !evd->parked ? (ia->lease_ns ? ia->lease_ns : PARK_MIN_NS) :
-			 evd->park_step >= LEASE_MAX_NS / 2 ? LEASE_MAX_NS : 2 * evd->park_step;
+	evd->park_step = backoff(evd->parked ? evd->park_step : 0,
+				 ia->lease_ns ? ia->lease_ns : PARK_MIN_NS);
 	evd->parked = true;
 	evd->park_until = now + evd->park_step;
 	return evd->park_until;
@@ -380,9 +386,7 @@ static void *progress_main(void *arg)
 					 * the EQ again after a backoff, 50 us
 					 * doubling up to the tick */
 					progress_all_cqs(ia);
-					eq_step = !eq_step ? LEASE_EQ_NS :
-						  eq_step >= LEASE_MAX_NS / 2 ? LEASE_MAX_NS :
-						  2 * eq_step;
+					eq_step = backoff(eq_step, LEASE_EQ_NS);
 					eq_at = now + eq_step;
 				}
 				continue;
