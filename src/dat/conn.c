@@ -386,7 +386,7 @@ DAT_RETURN dfi_ep_connect(DAT_EP_HANDLE h, DAT_IA_ADDRESS_PTR addr, DAT_CONN_QUA
 	struct dfi_ep *ep = dfi_obj_get(h, DFI_T_EP);
 	struct sockaddr_in dest;
 	struct dfi_ia *ia;
-	bool timed;
+	bool timed, kick;
 	int rc;
 
 	(void)qos;
@@ -431,12 +431,17 @@ DAT_RETURN dfi_ep_connect(DAT_EP_HANDLE h, DAT_IA_ADDRESS_PTR addr, DAT_CONN_QUA
 	 * the progress thread enforces DAT's (dfi_connect_timeouts). */
 	timed = !rc && timeout != DAT_TIMEOUT_INFINITE;
 	ep->connect_deadline = timed ? dfi_deadline(timeout) : 0;
+	/* The first timed connect wakes the thread, which then ticks until
+	 * none is left (dfi_connect_timeouts clears connect_timers); later
+	 * ones ride on that tick.  A kick per connect cost a scan of every
+	 * EP under cm_lock per connect: quadratic in a connect storm. */
+	kick = timed && !ia->connect_timers;
 	if (timed)
 		ia->connect_timers = true;
 	pthread_mutex_unlock(&ia->cm_lock);
 	if (rc)
 		return DFI_ERR(DAT_INTERNAL_ERROR, 0);
-	if (timed)
+	if (kick)
 		dfi_progress_kick(ia);	/* it may be asleep with no tick */
 	return DAT_SUCCESS;
 }

@@ -667,7 +667,7 @@ static void test_connect_timeout_silent_peer(void **state)
 	struct sockaddr_in a = loopback();
 	socklen_t alen = sizeof(a);
 	int fd = socket(AF_INET, SOCK_STREAM, 0);
-	uint64_t t0;
+	uint64_t t0, t1;
 	unsigned ms;
 
 	watchdog(__func__, 60);
@@ -679,16 +679,31 @@ static void test_connect_timeout_silent_peer(void **state)
 	t0 = now_ns();
 	assert_ok(dat_ep_connect(p->c.ep, (DAT_IA_ADDRESS_PTR)&a, ntohs(a.sin_port), 300 * MS,
 				 0, NULL, DAT_QOS_BEST_EFFORT, DAT_CONNECT_DEFAULT_FLAG));
+	/* a second timed connect while the first pends: it wakes nobody
+	 * (the progress thread already ticks for the first) and must still
+	 * time out on its own deadline */
+	t1 = now_ns();
+	assert_ok(dat_ep_connect(p->s.ep, (DAT_IA_ADDRESS_PTR)&a, ntohs(a.sin_port), 500 * MS,
+				 0, NULL, DAT_QOS_BEST_EFFORT, DAT_CONNECT_DEFAULT_FLAG));
 	expect_conn(p->c.conn, DAT_CONNECTION_EVENT_TIMED_OUT, p->c.ep, 5000, "client", NULL);
 	ms = ms_since(t0);
 	print_message("# TIMED_OUT after %u ms (timeout 300 ms)\n", ms);
 	if (ms < 290)
 		fail_msg("TIMED_OUT after %u ms, before the 300 ms timeout", ms);
 	assert_int_equal(ep_state(p->c.ep), DAT_EP_STATE_DISCONNECTED);
+	expect_conn(p->s.conn, DAT_CONNECTION_EVENT_TIMED_OUT, p->s.ep, 5000, "second EP", NULL);
+	ms = ms_since(t1);
+	print_message("# second connect: TIMED_OUT after %u ms (timeout 500 ms)\n", ms);
+	if (ms < 490)
+		fail_msg("second connect: TIMED_OUT after %u ms, before its 500 ms timeout", ms);
+	assert_int_equal(ep_state(p->s.ep), DAT_EP_STATE_DISCONNECTED);
 	expect_empty(p->c.conn, 200, "client after TIMED_OUT");	/* nothing more */
+	expect_empty(p->s.conn, 0, "second EP after TIMED_OUT");
 	close(fd);
 	assert_ok(dat_ep_reset(p->c.ep));
+	assert_ok(dat_ep_reset(p->s.ep));
 	assert_int_equal(ep_state(p->c.ep), DAT_EP_STATE_UNCONNECTED);
+	assert_int_equal(ep_state(p->s.ep), DAT_EP_STATE_UNCONNECTED);
 	establish(p);
 	alarm(0);
 }
