@@ -105,6 +105,7 @@ struct dfi_ia {
 	pthread_t progress;
 	bool progress_on;
 	uint64_t lease_ns;		/* DAPL_OFI_PROGRESS_LEASE_US, in ns */
+	int nparked;			/* DTO EVDs whose CQ is parked (IA lock) */
 	unsigned batch;			/* odd while the thread handles events */
 	pthread_cond_t batch_done;
 	struct dfi_dto_pool *zombies;	/* pools of freed EPs with completions due */

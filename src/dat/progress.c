@@ -207,6 +207,8 @@ static uint64_t park_cq(struct dfi_ia *ia, struct dfi_evd *evd, uint64_t now)
 {
 	evd->park_step = backoff(evd->parked ? evd->park_step : 0,
 				 ia->lease_ns ? ia->lease_ns : PARK_MIN_NS);
+	if (!evd->parked)
+		ia->nparked++;
 	evd->parked = true;
 	evd->park_until = now + evd->park_step;
 	return evd->park_until;
@@ -220,6 +222,7 @@ static uint64_t lease(struct dfi_ia *ia, struct dfi_evd *evd, uint64_t now)
 	if (consumer_drives(ia, evd, now))
 		return park_cq(ia, evd, now);
 	evd->parked = false;
+	ia->nparked--;
 	arm_cq(ia, evd, EPOLL_CTL_MOD);
 	return 0;
 }
@@ -230,17 +233,23 @@ static uint64_t earliest(uint64_t a, uint64_t b)
 }
 
 /* Leases due by now: look at their consumers again.  Returns the next
- * lease due (0: none parked). */
+ * lease due (0: none parked).  The object list runs newest first, and
+ * EVDs are usually created before the EPs that feed them: the walk starts
+ * at the oldest and stops once it has met every parked EVD, so a look
+ * costs the EVDs, not the thousand idle EPs after them. */
 static uint64_t leases_due(struct dfi_ia *ia, uint64_t now)
 {
 	uint64_t next = 0;
+	int left;
 
 	pthread_mutex_lock(&ia->lock);
-	for (struct dfi_obj *o = ia->objs.next; o != &ia->objs; o = o->next) {
+	left = ia->nparked;
+	for (struct dfi_obj *o = ia->objs.prev; o != &ia->objs && left > 0; o = o->prev) {
 		struct dfi_evd *evd = (struct dfi_evd *)o;
 
-		if (o->type != DFI_T_EVD || !evd->parked || !evd->cq)
+		if (o->type != DFI_T_EVD || !evd->parked)
 			continue;
+		left--;
 		next = earliest(next, evd->park_until > now ? evd->park_until :
 				lease(ia, evd, now));
 	}
@@ -525,6 +534,8 @@ void dfi_progress_unwatch_cq(struct dfi_ia *ia, struct dfi_evd *evd)
 	if (!ia->progress_on || !evd->cq)
 		return;
 	epoll_ctl(ia->epfd, EPOLL_CTL_DEL, dfi_cq_fd(evd->cq), NULL);
+	if (evd->parked)
+		ia->nparked--;
 	evd->parked = false;
 	evd->unwatched = true;		/* no later batch picks it up */
 	if (pthread_equal(pthread_self(), ia->progress))
