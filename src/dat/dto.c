@@ -312,6 +312,7 @@ static DAT_RETURN post(DAT_EP_HANDLE h, DAT_COUNT nseg, DAT_LMR_TRIPLET *iov,
 {
 	struct dfi_ep *ep = dfi_obj_get(h, DFI_T_EP);
 	struct dfi_dto_pool *pool;
+	struct dfi_evd *evd;
 	struct dfi_sge sg[4];
 	DAT_COUNT maxseg;
 	struct dfi_dto *d;
@@ -362,12 +363,12 @@ static DAT_RETURN post(DAT_EP_HANDLE h, DAT_COUNT nseg, DAT_LMR_TRIPLET *iov,
 		      ((flags & DAT_COMPLETION_UNSIGNALLED_FLAG) && kind != POST_RECV &&
 		       (ep->attr.request_completion_flags & DAT_COMPLETION_UNSIGNALLED_FLAG));
 
+	evd = kind == POST_RECV ? ep->recv_evd : ep->req_evd;	/* its completion's */
 	pthread_mutex_lock(&ep->hdr.ia->cm_lock);
 	if (ep->state == DAT_EP_STATE_DISCONNECTED ||
 	    ep->state == DAT_EP_STATE_DISCONNECT_PENDING) {
 		/* A DTO posted to a disconnected EP completes flushed (the
 		 * dat_ep_reset "marker" technique relies on it). */
-		struct dfi_evd *evd = kind == POST_RECV ? ep->recv_evd : ep->req_evd;
 		struct dfi_comp c = { .ctx = d, .err = ECANCELED };
 		DAT_EVENT ev;
 
@@ -420,9 +421,8 @@ static DAT_RETURN post(DAT_EP_HANDLE h, DAT_COUNT nseg, DAT_LMR_TRIPLET *iov,
 		break;
 	}
 	pthread_mutex_unlock(&ep->hdr.ia->cm_lock);
-	if (!rc && (kind == POST_RECV ? ep->recv_evd : ep->req_evd))
-		/* a busy poster: the progress thread stays off (progress.c) */
-		dfi_evq_touch(&(kind == POST_RECV ? ep->recv_evd : ep->req_evd)->q);
+	if (!rc && evd)
+		dfi_evq_touch(&evd->q);	/* a busy poster: the progress thread stays off */
 	if (rc) {
 		dfi_dto_put(pool, i);
 		if (rc == -EAGAIN)
