@@ -102,6 +102,8 @@ struct dfi_ia {
 	int epfd, stop_fd;
 	int kick_fd;			/* eventfd: stalled SRQ EPs may move (srq.c) */
 	unsigned rcq_gen;		/* bumped when an SRQ EP's CQ leaves epoll (IA lock) */
+	int n_rcq_watched;		/* SRQ EPs' CQs in epoll (IA lock): the thread ticks */
+	atomic_bool rcq_kick_all;	/* the next kick reads every SRQ EP's CQ */
 	pthread_t progress;
 	bool progress_on;
 	uint64_t lease_ns;		/* DAPL_OFI_PROGRESS_LEASE_US, in ns */
@@ -453,6 +455,8 @@ void dfi_progress_rearm_rcq(struct dfi_ep *ep, bool stalled);
 void dfi_progress_mark_stalled(struct dfi_ep *ep, bool stalled);
 /* Wake the thread to look at stalled SRQ EPs again (a buffer was posted). */
 void dfi_progress_kick(struct dfi_ia *ia);
+/* The same for every SRQ EP: a buffer was posted to a dry SRQ. */
+void dfi_progress_kick_all_rcqs(struct dfi_ia *ia);
 /* ep's libfabric endpoint reports to the CQs of both EVDs (IA lock taken). */
 void dfi_progress_pair(struct dfi_evd *req, struct dfi_evd *recv);
 

@@ -149,6 +149,24 @@ static bool poll_rcqs(struct dfi_ia *ia, bool stalled_only)
 	return again;
 }
 
+/* Whether SRQ EPs' private CQs are watched: then the thread ticks, and
+ * each tick reads all of them.  An EP whose message waits for an SRQ
+ * buffer is marked stalled only when libfabric keeps its socket readable;
+ * when libfabric has already pulled the message in (its prefetch buffer),
+ * the try-wait says "armed", nothing will ever fire, and only a read of
+ * that CQ delivers the message once a buffer is posted.  The EQ's fd,
+ * readable for ever before c1e7ebf, used to hide this: it made the thread
+ * read every CQ at every tick. */
+static bool rcqs_watched(struct dfi_ia *ia)
+{
+	bool r;
+
+	pthread_mutex_lock(&ia->lock);
+	r = ia->n_rcq_watched > 0;
+	pthread_mutex_unlock(&ia->lock);
+	return r;
+}
+
 /* An EQ still readable after rounds of reading and try-waiting: libfabric
  * 1.17 tcp keeps connecting sockets in the EQ's set, and one that only CQ
  * progress would consume keeps the fd readable.  So a pass over every CQ
@@ -330,11 +348,12 @@ static void *progress_main(void *arg)
 		}
 		if (ticking && now >= tick_at) {
 			arm_eq(ia, EPOLL_CTL_MOD);
-			/* stalled SRQ EPs (or all, after a cut-short pass) */
+			/* every SRQ EP: one whose data waits for a buffer is
+			 * not always seen as stalled (see rcqs_watched) */
 			batch_mark(ia);
-			ticking = poll_rcqs(ia, !rcq_retry);
+			rcq_retry = poll_rcqs(ia, false);
 			batch_mark(ia);
-			rcq_retry = ticking;
+			ticking = rcq_retry || rcqs_watched(ia);
 			if (dfi_connect_timeouts(ia))
 				ticking = true;		/* a timed connect pends */
 			tick_at = 0;
@@ -364,7 +383,8 @@ static void *progress_main(void *arg)
 
 				if (read(ia->kick_fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
 					dfi_err(DFI_SS_FABRIC, "progress: kick read: %m");
-				if (poll_rcqs(ia, true))
+				if (poll_rcqs(ia, !atomic_exchange(&ia->rcq_kick_all, false)) ||
+				    rcqs_watched(ia))
 					ticking = true;
 				/* a kick also announces a connect with a timeout */
 				if (dfi_connect_timeouts(ia))
@@ -553,8 +573,16 @@ int dfi_progress_watch_rcq(struct dfi_ia *ia, struct dfi_ep *ep)
 	if (!ia->progress_on)
 		return -ENOTCONN;
 	rc = arm_rcq(ia, ep, EPOLL_CTL_ADD);
-	if (!rc)
+	if (!rc) {
+		uint64_t one = 1;
+
 		ep->rcq_watched = true;
+		/* the thread must tick from now on (rcqs_watched): wake it
+		 * (the kick fd; dfi_progress_kick would take the IA lock) */
+		if (ia->n_rcq_watched++ == 0 && write(ia->kick_fd, &one, sizeof(one)) < 0 &&
+		    errno != EAGAIN)
+			dfi_err(DFI_SS_FABRIC, "progress: kick: %m");
+	}
 	return rc;
 }
 
@@ -567,6 +595,7 @@ void dfi_progress_unwatch_rcq(struct dfi_ia *ia, struct dfi_ep *ep)
 		return;
 	epoll_ctl(ia->epfd, EPOLL_CTL_DEL, dfi_cq_fd(ep->rcq), NULL);
 	ep->rcq_watched = false;
+	ia->n_rcq_watched--;
 	ia->rcq_gen++;
 	if (ep->rcq_stalled) {
 		ep->rcq_stalled = false;
@@ -612,6 +641,12 @@ void dfi_progress_rearm_rcq(struct dfi_ep *ep, bool stalled)
 	if (ep->rcq_watched)
 		arm_rcq(ia, ep, EPOLL_CTL_MOD);
 	pthread_mutex_unlock(&ia->lock);
+}
+
+void dfi_progress_kick_all_rcqs(struct dfi_ia *ia)
+{
+	atomic_store(&ia->rcq_kick_all, true);
+	dfi_progress_kick(ia);
 }
 
 void dfi_progress_kick(struct dfi_ia *ia)

@@ -232,6 +232,7 @@ DAT_RETURN dfi_srq_post_recv(DAT_SRQ_HANDLE h, DAT_COUNT nseg, DAT_LMR_TRIPLET *
 	struct dfi_srq_dto *d;
 	struct dfi_sge sg[4];
 	int n = 0, rc, stalled;
+	bool dry;
 
 	SRQ_OR_REJECT(srq, h);
 	if (nseg < 0 || nseg > srq->max_recv_iov)
@@ -252,6 +253,7 @@ DAT_RETURN dfi_srq_post_recv(DAT_SRQ_HANDLE h, DAT_COUNT nseg, DAT_LMR_TRIPLET *
 
 	pthread_mutex_lock(&srq->lock);
 	d = srq->posted + srq->undequeued < srq->max_recv_dtos ? srq->free : NULL;
+	dry = srq->posted == 0 && srq->neps > 0;
 	if (d) {
 		srq->free = d->next;
 		srq->posted++;		/* before libfabric can complete it */
@@ -280,8 +282,13 @@ DAT_RETURN dfi_srq_post_recv(DAT_SRQ_HANDLE h, DAT_COUNT nseg, DAT_LMR_TRIPLET *
 		dfi_warn(DFI_SS_EP, "SRQ %p: post failed: %s", (void *)srq, strerror(-rc));
 		return DFI_ERR(DAT_INTERNAL_ERROR, 0);
 	}
-	/* an EP waiting for a buffer will not wake by itself (see top) */
-	if (stalled)
+	/* An EP waiting for a buffer will not wake by itself (see top).  One
+	 * whose message libfabric already pulled in is not marked stalled
+	 * (progress.c, rcqs_watched): a post to a dry SRQ reads every SRQ EP
+	 * at once, the others wait for the tick. */
+	if (dry)
+		dfi_progress_kick_all_rcqs(srq->hdr.ia);
+	else if (stalled)
 		dfi_progress_kick(srq->hdr.ia);
 	return DAT_SUCCESS;
 }
