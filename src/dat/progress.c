@@ -307,7 +307,7 @@ static int wait_events(int epfd, struct epoll_event *evs, int max, uint64_t at, 
 static void *progress_main(void *arg)
 {
 	struct dfi_ia *ia = arg;
-	bool ticking = false, rcq_retry = false;
+	bool ticking = false;
 	uint64_t tick_at = 0;		/* when ticking: the next tick (CLOCK_MONOTONIC ns) */
 	uint64_t lease_at = 0;		/* the earliest parked CQ's next look (0: none) */
 	uint64_t eq_at = 0, eq_step = 0;	/* the EQ's re-arm, and its backoff (ns) */
@@ -351,9 +351,9 @@ static void *progress_main(void *arg)
 			/* every SRQ EP: one whose data waits for a buffer is
 			 * not always seen as stalled (see rcqs_watched) */
 			batch_mark(ia);
-			rcq_retry = poll_rcqs(ia, false);
+			ticking = poll_rcqs(ia, false);
 			batch_mark(ia);
-			ticking = rcq_retry || rcqs_watched(ia);
+			ticking = ticking || rcqs_watched(ia);
 			if (dfi_connect_timeouts(ia))
 				ticking = true;		/* a timed connect pends */
 			tick_at = 0;
@@ -447,7 +447,7 @@ static void *progress_main(void *arg)
 			pthread_mutex_unlock(&ia->lock);
 		}
 		if (rescan && poll_rcqs(ia, false))
-			ticking = rcq_retry = true;
+			ticking = true;
 		batch_mark(ia);
 	}
 	return NULL;
@@ -565,6 +565,15 @@ void dfi_progress_unwatch_cq(struct dfi_ia *ia, struct dfi_evd *evd)
 		pthread_cond_wait(&ia->batch_done, &ia->lock);
 }
 
+/* Wake the thread through its kick fd (the thread runs). */
+static void kick_write(struct dfi_ia *ia)
+{
+	uint64_t one = 1;
+
+	if (write(ia->kick_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+		dfi_err(DFI_SS_FABRIC, "progress: kick: %m");
+}
+
 /* IA lock held (dfi_srq_ep_open_cq, under cm_lock). */
 int dfi_progress_watch_rcq(struct dfi_ia *ia, struct dfi_ep *ep)
 {
@@ -574,14 +583,10 @@ int dfi_progress_watch_rcq(struct dfi_ia *ia, struct dfi_ep *ep)
 		return -ENOTCONN;
 	rc = arm_rcq(ia, ep, EPOLL_CTL_ADD);
 	if (!rc) {
-		uint64_t one = 1;
-
 		ep->rcq_watched = true;
-		/* the thread must tick from now on (rcqs_watched): wake it
-		 * (the kick fd; dfi_progress_kick would take the IA lock) */
-		if (ia->n_rcq_watched++ == 0 && write(ia->kick_fd, &one, sizeof(one)) < 0 &&
-		    errno != EAGAIN)
-			dfi_err(DFI_SS_FABRIC, "progress: kick: %m");
+		/* the thread must tick from now on (rcqs_watched): wake it */
+		if (ia->n_rcq_watched++ == 0)
+			kick_write(ia);
 	}
 	return rc;
 }
@@ -651,14 +656,13 @@ void dfi_progress_kick_all_rcqs(struct dfi_ia *ia)
 
 void dfi_progress_kick(struct dfi_ia *ia)
 {
-	uint64_t one = 1;
 	bool on;
 
 	pthread_mutex_lock(&ia->lock);
 	on = ia->progress_on;
 	pthread_mutex_unlock(&ia->lock);
-	if (on && write(ia->kick_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
-		dfi_err(DFI_SS_FABRIC, "progress: kick: %m");
+	if (on)
+		kick_write(ia);
 }
 
 /* IA lock held. */
