@@ -337,9 +337,9 @@ void dfi_ep_destroy(struct dfi_ep *ep)
 	 * (their events name a freed EP); a pool with completions due stays
 	 * with the IA until it closes. */
 	if (ep->req_evd)
-		dfi_evq_source_notify(&ep->req_evd->q);
+		dfi_evq_source_flush(&ep->req_evd->q);
 	if (ep->recv_evd && ep->recv_evd != ep->req_evd)
-		dfi_evq_source_notify(&ep->recv_evd->q);
+		dfi_evq_source_flush(&ep->recv_evd->q);
 	dfi_dto_pool_release(ia, ep->sendq);
 	dfi_dto_pool_release(ia, ep->recvq);
 	ep_refs(ep, -1);

@@ -311,24 +311,36 @@ int dfi_evq_post(struct dfi_evq *q, const DAT_EVENT *ev)
 	return 0;
 }
 
-static void source_notify(struct dfi_evq *q, bool run_upcalls)
+/* The source's fd fired (flush false), or an EP feeding it is going away
+ * and what it left in the source should enter the ring now (flush true). */
+static void source_notify(struct dfi_evq *q, bool run_upcalls, bool flush)
 {
 	struct dfi_cno *cno = NULL;
 	bool run = false;
 	int n;
 
 	pthread_mutex_lock(&q->lock);
-	q->src_armed = false;		/* the arm is one-shot: it fired */
+	if (!flush)
+		q->src_armed = false;	/* the arm is one-shot: it fired */
 	if (q->waiter) {
 		wake(q);		/* the waiter reads the source itself */
 		pthread_mutex_unlock(&q->lock);
 		return;
 	}
 	n = fill(q);
+	if (flush && n == 0) {
+		/* nothing moved: the arm, if any, still holds (a try-wait
+		 * on libfabric 1.17 tcp walks every EP of the CQ, so freeing
+		 * N EPs must not cost N of them) */
+		pthread_mutex_unlock(&q->lock);
+		return;
+	}
 	/* Re-arm before notifying (OFA's rule), CNO or not: the progress
 	 * context watches the fd, and a level-triggered wait object (libfabric
-	 * CQ signal fds) stays readable until the next try-wait. */
-	arm_source(q);
+	 * CQ signal fds) stays readable until the next try-wait.  An arm that
+	 * has not fired still holds: reading does not clear the signal. */
+	if (!q->src_armed)
+		arm_source(q);
 	if (up_active(q)) {
 		run = run_upcalls && q->up_fire && q->count > 0 &&
 		      (!q->up_running || q->up_policy == DAT_UPCALL_MANY);
@@ -346,12 +358,17 @@ static void source_notify(struct dfi_evq *q, bool run_upcalls)
 
 void dfi_evq_source_notify(struct dfi_evq *q)
 {
-	source_notify(q, false);
+	source_notify(q, false, false);
+}
+
+void dfi_evq_source_flush(struct dfi_evq *q)
+{
+	source_notify(q, false, true);
 }
 
 void dfi_evq_source_notify_irq(struct dfi_evq *q)
 {
-	source_notify(q, true);
+	source_notify(q, true, false);
 }
 
 bool dfi_evq_consumer_drives(struct dfi_evq *q, bool active)

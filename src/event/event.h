@@ -157,6 +157,10 @@ void dfi_evq_notify_model(struct dfi_evq *q, DAT_EVD_STATE kind, int delta);
 
 /* The source's notification fired (called from the progress context). */
 void dfi_evq_source_notify(struct dfi_evq *q);
+/* An EP feeding q goes away: what it left in the source enters the ring
+ * now, notified as dfi_evq_source_notify would; if nothing did, the source
+ * is left as it was (no try-wait). */
+void dfi_evq_source_flush(struct dfi_evq *q);
 /* The same, from the provider's progress thread itself (its "interrupt"
  * context): upcalls due run here, a budgeted turn (dfi_disp_run_here),
  * instead of waking a dispatcher thread - one wake-up less from a

@@ -1942,6 +1942,59 @@ static void test_source_notify_fills_free_slots_only(void **state)
 	fake_source_free(fs);
 }
 
+/* dfi_evq_source_flush (an EP feeding the EVD is freed): an empty source
+ * is left as it was, with no try-wait (on libfabric 1.17 tcp one walks
+ * every EP of the CQ); what the source holds enters the ring, and an arm
+ * that has not fired is kept, so a later completion still fires the fd. */
+static void test_source_flush_no_trywait_when_empty(void **state)
+{
+	struct dfi_evq *aq = evq_new_async(16);
+	struct dfi_evq *q = evq_new(8, DAT_EVD_DTO_FLAG, aq);
+	struct fake_source *fs = fake_source_new();
+	uint64_t tw;
+	DAT_EVENT ev;
+
+	(void)state;
+	fake_source_attach(fs, q);
+	dfi_evq_source_notify(q);			/* arms the empty source */
+	assert_true(fake_source_armed(fs));
+	tw = atomic_load(&fs->n_trywaits);
+	dfi_evq_source_flush(q);
+	assert_int_equal(atomic_load(&fs->n_trywaits), tw);
+	assert_true(fake_source_armed(fs));
+	assert_int_equal(dfi_evq_count(q), 0);
+
+	/* two completions left by the EP: they fire the arm, and the flush
+	 * moves them into the ring without a try-wait; the fired fd stays
+	 * readable for whoever watches it, whose notify re-arms */
+	for (uint64_t i = 0; i < 2; i++) {
+		ev = ev_dto(i);
+		fake_source_inject(fs, &ev);
+	}
+	tw = atomic_load(&fs->n_trywaits);
+	dfi_evq_source_flush(q);
+	assert_int_equal(dfi_evq_count(q), 2);
+	assert_int_equal(fake_source_pending(fs), 0);
+	assert_int_equal(atomic_load(&fs->n_trywaits), tw);
+	assert_true(fake_source_fd_readable(fs));
+	assert_true(fake_source_consume_notification(fs));	/* the watcher */
+	dfi_evq_source_notify(q);
+	assert_true(fake_source_armed(fs));
+	ev = ev_dto(2);
+	fake_source_inject(fs, &ev);			/* the next one fires the fd */
+	assert_true(fake_source_fd_readable(fs));
+	for (uint64_t i = 0; i < 2; i++) {
+		assert_int_equal(dfi_evq_dequeue(q, &ev), DAT_SUCCESS);
+		assert_int_equal(ev_seq(&ev), i);
+	}
+	assert_int_equal(dfi_evq_dequeue(q, &ev), DAT_SUCCESS);
+	assert_int_equal(ev_seq(&ev), 2);
+	assert_int_equal(dfi_evq_count(aq), 0);
+	evq_free(q);
+	evq_free(aq);
+	fake_source_free(fs);
+}
+
 /* ================================================================ scenario 25 */
 
 static void test_s25_spurious_wakeups_honour_timeout(void **state)
@@ -2192,6 +2245,7 @@ int main(void)
 		evtest(test_concurrent_provider_posters),
 		evtest(test_dequeue_polls_source),
 		evtest(test_source_notify_fills_free_slots_only),
+		evtest(test_source_flush_no_trywait_when_empty),
 		evtest(test_consumer_calls_counted),
 		evtest(test_consumer_drives_rules),
 		evtest(test_s25_spurious_wakeups_honour_timeout),
