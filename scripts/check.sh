@@ -34,7 +34,7 @@ tally() {
 out=$(mktemp)
 step "tests (gcc)";          tests/run.sh plain build all | tee "$out"; tally "$out"
 step "tests (ASan+UBSan)";   tests/run.sh asan build/asan all | tee "$out"; tally "$out"
-step "tests (TSan: event core, upcall stress)"; tests/run.sh tsan build/tsan unit | tee "$out"; tally "$out"
+step "tests (TSan: event core, upcall stress, connection events)"; tests/run.sh tsan build/tsan unit | tee "$out"; tally "$out"
 step "protocol model (spin)"; model/check.sh -j "$jobs" | tee "$out"; tally "$out"
 step "stock programs under valgrind"; tests/run.sh valgrind build stock | tee "$out"; tally "$out"
 # bench/compare with tiny counts: fails only if a benchmark program crashes,

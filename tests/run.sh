@@ -74,17 +74,26 @@ for t in "$B"/tests/test_*; do
 			continue
 		fi
 		[ "$scope" = unit ] && continue ;;
+	test_api_conn)
+		# its threads that drive the IA's event queue together (the
+		# consumers' reads and the progress thread's) also run under TSan
+		if [ "$variant" = tsan ]; then
+			run "$name-cm" 300 "$t" 'test_cm_*'
+			continue
+		fi
+		[ "$scope" = unit ] && continue ;;
 	test_api*) [ "$scope" = unit ] && continue ;;
 	esac
 	run "$name" 300 "$t"
 done
 # The progress thread's lease (DAPL_OFI_PROGRESS_LEASE_US, progress.c) at
 # both ends of its range: 0 (it watches every CQ), and 1 ms (it stays off a
-# CQ for 1 ms after its consumer's last call): a passive RDMA target still
-# sees every write land, whole, and streams lose nothing.
+# CQ, or the event queue, for 1 ms after its consumer's last call): a passive
+# RDMA target still sees every write land, whole, streams lose nothing, and
+# consumers that read the event queue themselves get every connection event.
 if [ "$scope" = all ] && [ -x "$B/tests/test_api_conn" ]; then
 	for lease in 0 1000; do
-		for what in write:'test_rdma_write*' stream:'test_stream*'; do
+		for what in write:'test_rdma_write*' stream:'test_stream*' cm:'test_cm_*'; do
 			DAPL_OFI_PROGRESS_LEASE_US=$lease run \
 				"test_api_conn-lease$lease-${what%%:*}" 300 \
 				"$B/tests/test_api_conn" "${what#*:}"

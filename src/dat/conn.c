@@ -14,6 +14,14 @@
 #include <errno.h>
 #include <string.h>
 
+/* A consumer call that starts a CM step: for the progress thread's EQ
+ * lease, a consumer that polls for its outcome is busy with the EQ while it
+ * makes these calls, as a poster is with a CQ (progress.c, eq_leased). */
+static void cm_touch(struct dfi_ia *ia)
+{
+	atomic_fetch_add_explicit(&ia->eq_touches, 1, memory_order_relaxed);
+}
+
 static DAT_RETURN sp_create(struct dfi_ia *ia, enum dfi_type type, DAT_CONN_QUAL *qual,
 			    struct dfi_evd *evd, DAT_PSP_FLAGS flags, struct dfi_ep *ep,
 			    struct dfi_sp **out)
@@ -334,6 +342,7 @@ DAT_RETURN dfi_cr_accept(DAT_CR_HANDLE h, DAT_EP_HANDLE eph, DAT_COUNT plen,
 	if (plen < 0 || plen > DFI_PDATA_MAX || (plen && !pdata))
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3),
 				  "private data size %d (max %d)", plen, DFI_PDATA_MAX);
+	cm_touch(ia);
 	pthread_mutex_lock(&ia->cm_lock);
 	if (ep->state != DAT_EP_STATE_UNCONNECTED && ep->state != DAT_EP_STATE_RESERVED) {
 		pthread_mutex_unlock(&ia->cm_lock);
@@ -409,6 +418,7 @@ DAT_RETURN dfi_ep_connect(DAT_EP_HANDLE h, DAT_IA_ADDRESS_PTR addr, DAT_CONN_QUA
 		return DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_MEMORY);
 	memcpy(&dest, addr, sizeof(dest));
 	dest.sin_port = htons((uint16_t)(qual & 0xffff));
+	cm_touch(ia);
 	pthread_mutex_lock(&ia->cm_lock);
 	if (ep->state != DAT_EP_STATE_UNCONNECTED || ep->fep) {
 		pthread_mutex_unlock(&ia->cm_lock);
@@ -458,6 +468,7 @@ DAT_RETURN dfi_ep_disconnect(DAT_EP_HANDLE h, DAT_CLOSE_FLAGS flags)
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EP),
 				  "%p is not an EP handle", (void *)h);
 	ia = ep->hdr.ia;
+	cm_touch(ia);
 	pthread_mutex_lock(&ia->cm_lock);
 	switch (ep->state) {
 	case DAT_EP_STATE_CONNECTED:
@@ -700,6 +711,11 @@ bool dfi_connect_timeouts(struct dfi_ia *ia)
 	return more;
 }
 
+/* Read and deliver every pending CM event (eq_lock held, so that two readers
+ * cannot post one EP's events out of order).  An EP that translate() found
+ * alive cannot be freed until this returns: the progress thread runs it
+ * inside its batch, a consumer counted in ia->n_pulling, and
+ * dfi_progress_unwatch_rcq waits for both. */
 int dfi_cm_handle(struct dfi_ia *ia)
 {
 	struct dfi_cm_event e;
@@ -720,9 +736,6 @@ int dfi_cm_handle(struct dfi_ia *ia)
 			return handled;
 		}
 		handled++;
-		/* This runs in the progress thread, inside its batch: an EP that
-		 * translate() found alive cannot be freed before the batch ends
-		 * (dfi_progress_unwatch_rcq waits for it). */
 		if (p.broken)
 			dfi_srq_ep_settle(p.broken);
 		if (!p.q) {
@@ -746,4 +759,47 @@ int dfi_cm_handle(struct dfi_ia *ia)
 			dfi_post_async(ia, DAT_ASYNC_ERROR_EP_BROKEN, p.broken,
 				       DAT_EP_TRANSFER_TO_ERROR);
 	}
+}
+
+
+static _Thread_local bool pulling;
+
+bool dfi_cm_pulling(void)
+{
+	return pulling;
+}
+
+/* libfabric's tcp provider moves connections only inside fi_eq_read, and
+ * the progress thread's read is a cross-thread hop per CM event (on 2 CPUs
+ * its wake-up preempts the consumer): a consumer that polls for connection
+ * events reads the EQ itself, as a raw libfabric program does, and the
+ * thread stays off the EQ while it does (progress.c, the EQ lease).
+ * Nothing waits: if the thread (or another consumer) is reading, it will
+ * deliver what there is. */
+int dfi_cm_pull(struct dfi_ia *ia)
+{
+	int n;
+
+	if (!atomic_load_explicit(&ia->eq_open, memory_order_acquire))
+		return -ENOTCONN;	/* no listener or connect yet */
+	if (pthread_mutex_trylock(&ia->eq_lock))
+		return -EBUSY;
+	/* again under the lock: dfi_progress_stop closes the EQ once it has
+	 * taken the lock after clearing eq_open */
+	if (!atomic_load_explicit(&ia->eq_open, memory_order_acquire)) {
+		pthread_mutex_unlock(&ia->eq_lock);
+		return -ENOTCONN;
+	}
+	pthread_mutex_lock(&ia->lock);
+	ia->n_pulling++;
+	pthread_mutex_unlock(&ia->lock);
+	pulling = true;
+	n = dfi_cm_handle(ia);
+	pulling = false;
+	pthread_mutex_lock(&ia->lock);
+	if (--ia->n_pulling == 0)
+		pthread_cond_broadcast(&ia->batch_done);
+	pthread_mutex_unlock(&ia->lock);
+	pthread_mutex_unlock(&ia->eq_lock);
+	return n;
 }

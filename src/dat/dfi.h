@@ -98,7 +98,12 @@ struct dfi_ia {
 	/* Connections (conn.c) and the progress thread (progress.c), started
 	 * by the first listener or connect. */
 	pthread_mutex_t cm_lock;	/* serializes CM events with EP teardown */
+	pthread_mutex_t eq_lock;	/* one EQ reader at a time: events posted in order */
 	struct dfi_eq *eq;
+	atomic_bool eq_open;		/* eq may be read by a consumer (dfi_cm_pull) */
+	atomic_uint eq_pulls;		/* dequeues from CR and connection EVDs (the EQ's lease) */
+	atomic_uint eq_touches;		/* connects, accepts, disconnects (the same) */
+	unsigned n_pulling;		/* consumers inside dfi_cm_pull (IA lock) */
 	int epfd, stop_fd;
 	int kick_fd;			/* eventfd: stalled SRQ EPs may move (srq.c) */
 	unsigned rcq_gen;		/* bumped when an SRQ EP's CQ leaves epoll (IA lock) */
@@ -424,8 +429,17 @@ void dfi_sp_destroy(struct dfi_sp *sp);
 void dfi_cr_destroy(struct dfi_cr *cr);
 /* Close the EP's libfabric endpoint (IA cm_lock taken inside). */
 void dfi_ep_close_fep(struct dfi_ep *ep);
-/* Handle every pending CM event; returns how many there were. */
+/* Handle every pending CM event (ia->eq_lock held); returns how many there
+ * were. */
 int dfi_cm_handle(struct dfi_ia *ia);
+/* A consumer polling a CR or connection EVD found it empty: read the EQ
+ * itself unless another thread is at it.  Returns how many CM events were
+ * handled (for any EVD), -EBUSY if another thread is reading, -ENOTCONN
+ * before the IA's first listener or connect. */
+int dfi_cm_pull(struct dfi_ia *ia);
+/* Whether the calling thread is inside dfi_cm_pull (a CNO agent run from
+ * it): it must not wait for pulls to end. */
+bool dfi_cm_pulling(void);
 /* Progress thread: connects past their DAT timeout end with TIMED_OUT.
  * Returns whether a timed connect is still pending (keep ticking). */
 bool dfi_connect_timeouts(struct dfi_ia *ia);

@@ -8,6 +8,7 @@
 
 #define EVD_STREAMS (DAT_EVD_SOFTWARE_FLAG | DAT_EVD_CR_FLAG | DAT_EVD_DTO_FLAG | \
 		     DAT_EVD_CONNECTION_FLAG | DAT_EVD_RMR_BIND_FLAG | DAT_EVD_ASYNC_FLAG)
+#define CM_STREAMS (DAT_EVD_CR_FLAG | DAT_EVD_CONNECTION_FLAG)
 
 static struct dfi_evd *evd_get(DAT_EVD_HANDLE h)
 {
@@ -217,12 +218,26 @@ DAT_RETURN dfi_evd_post_se(DAT_EVD_HANDLE h, const DAT_EVENT *event)
 DAT_RETURN dfi_evd_dequeue(DAT_EVD_HANDLE h, DAT_EVENT *event)
 {
 	struct dfi_evd *evd;
+	DAT_RETURN rc;
 
 	EVD_OR_REJECT(evd, h);
 	if (!event)
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2),
 				  "event pointer is NULL");
-	return dfi_evq_dequeue(&evd->q, event);
+	rc = dfi_evq_dequeue(&evd->q, event);
+	/* Polling for connection events: read the EQ here rather than wait
+	 * for the progress thread's hop (dfi_cm_pull), and keep the thread off
+	 * it meanwhile (the EQ's lease, progress.c).  Not for an EVD that
+	 * takes completions too: its empty polls would each cost a system
+	 * call, for events that rarely come. */
+	if ((evd->q.flags & CM_STREAMS) && !(evd->q.flags & DAT_EVD_DTO_FLAG)) {
+		struct dfi_ia *ia = evd->hdr.ia;
+
+		atomic_fetch_add_explicit(&ia->eq_pulls, 1, memory_order_relaxed);
+		if (rc == DFI_QUEUE_EMPTY && dfi_cm_pull(ia) > 0)
+			rc = dfi_evq_dequeue(&evd->q, event);
+	}
+	return rc;
 }
 
 static void evd_release(struct dfi_evd *evd)

@@ -70,6 +70,7 @@ DAT_RETURN dfi_ia_open(const DAT_NAME_PTR name, DAT_COUNT async_qlen,
 	ia->prov = p;
 	pthread_mutex_init(&ia->lock, NULL);
 	pthread_mutex_init(&ia->cm_lock, NULL);
+	pthread_mutex_init(&ia->eq_lock, NULL);
 	pthread_cond_init(&ia->batch_done, NULL);
 	ia->epfd = ia->stop_fd = -1;
 	ia->objs.next = ia->objs.prev = &ia->objs;
@@ -110,6 +111,7 @@ err_fab:
 	dfi_fabric_close(ia->fab);
 err_ia:
 	pthread_cond_destroy(&ia->batch_done);
+	pthread_mutex_destroy(&ia->eq_lock);
 	pthread_mutex_destroy(&ia->cm_lock);
 	pthread_mutex_destroy(&ia->lock);
 	dfi_obj_retire(ia);
@@ -328,6 +330,7 @@ DAT_RETURN dfi_ia_close(DAT_IA_HANDLE h, DAT_CLOSE_FLAGS flags)
 	dfi_info(DFI_SS_IA, "IA '%s' closed (%s)", ia->prov->info.ia_name,
 		 flags == DAT_CLOSE_ABRUPT_FLAG ? "abrupt" : "graceful");
 	pthread_cond_destroy(&ia->batch_done);
+	pthread_mutex_destroy(&ia->eq_lock);
 	pthread_mutex_destroy(&ia->cm_lock);
 	pthread_mutex_destroy(&ia->lock);
 	dfi_obj_retire(ia);

@@ -5,7 +5,11 @@
  * provider while its peer reads or writes its memory (dtest -W spins on a
  * byte).  So one thread per IA epolls the event queue and every DTO EVD's
  * CQ fd:
- *   - EQ ready: CM events become DAT connection and CR events (conn.c);
+ *   - EQ ready: CM events become DAT connection and CR events (conn.c),
+ *     unless a consumer that polls a CR or connection EVD reads the EQ
+ *     itself (dfi_cm_pull): within the lease (below) of its last read, or
+ *     of its last connect, accept or disconnect, the EQ is left alone, as
+ *     a CQ is (eq_leased);
  *   - CQ ready: dfi_evq_source_notify_irq() - the EVD core wakes its
  *     waiter, or reads completions into free ring slots and notifies the
  *     CNO, or runs the upcalls due right here (kDAT's interrupt context).
@@ -213,6 +217,39 @@ static bool consumer_drives(struct dfi_ia *ia, struct dfi_evd *evd, uint64_t now
 				       now - evd->calls_moved < ia->lease_ns);
 }
 
+/* Consumers' reads of the EQ, and their connects, accepts and disconnects,
+ * as this thread last saw them move. */
+struct pull_seen {
+	unsigned pulls, touches;
+	uint64_t pulled, touched;	/* when they last moved (ns; 0: never) */
+};
+
+/* Whether a consumer drives the EQ itself: one that polls a CR or
+ * connection EVD read it within the last lease (dfi_cm_pull), or, having
+ * polled within the tick, made a connect, accept or disconnect within the
+ * last lease - it will poll for the outcome (a connect storm would
+ * otherwise hand the EQ to this thread between two polls, and the two
+ * would contend for cm_lock).  A consumer that waits instead never reads
+ * the EQ, and this thread serves it. */
+static bool eq_leased(struct dfi_ia *ia, uint64_t now, struct pull_seen *seen)
+{
+	unsigned p = atomic_load_explicit(&ia->eq_pulls, memory_order_relaxed);
+	unsigned t = atomic_load_explicit(&ia->eq_touches, memory_order_relaxed);
+
+	if (p != seen->pulls) {
+		seen->pulls = p;
+		seen->pulled = now;
+	}
+	if (t != seen->touches) {
+		seen->touches = t;
+		seen->touched = now;
+	}
+	if (!ia->lease_ns || !seen->pulled)
+		return false;
+	return now - seen->pulled < ia->lease_ns ||
+	       (now - seen->pulled < LEASE_MAX_NS && now - seen->touched < ia->lease_ns);
+}
+
 /* The next step of a backoff: `first`, then doubling up to the tick. */
 static uint64_t backoff(uint64_t step, uint64_t first)
 {
@@ -311,6 +348,7 @@ static void *progress_main(void *arg)
 	uint64_t tick_at = 0;		/* when ticking: the next tick (CLOCK_MONOTONIC ns) */
 	uint64_t lease_at = 0;		/* the earliest parked CQ's next look (0: none) */
 	uint64_t eq_at = 0, eq_step = 0;	/* the EQ's re-arm, and its backoff (ns) */
+	struct pull_seen eq_seen = { 0, 0, 0, 0 };	/* consumers' reads of the EQ */
 
 	if (dfi_param_int(DFI_P_PROGRESS_RT)) {
 		struct sched_param sp = { .sched_priority = 1 };
@@ -401,10 +439,26 @@ static void *progress_main(void *arg)
 				 * inside libfabric. */
 				int r, rounds = 0;
 
+				if (eq_leased(ia, now, &eq_seen)) {
+					/* a consumer polls for CM events and
+					 * reads the EQ itself (dfi_cm_pull): the
+					 * EQ's lease, as a CQ's */
+					eq_step = backoff(eq_step, ia->lease_ns);
+					eq_at = now + eq_step;
+					continue;
+				}
+				if (pthread_mutex_trylock(&ia->eq_lock)) {
+					/* a consumer is reading it now (this
+					 * thread never waits for one: see
+					 * dfi_progress_unwatch_rcq) */
+					eq_at = now + LEASE_EQ_NS;
+					continue;
+				}
 				do {
 					dfi_cm_handle(ia);
 					r = dfi_eq_trywait(ia->eq);
 				} while (r == -EAGAIN && ++rounds < 4);
+				pthread_mutex_unlock(&ia->eq_lock);
 				if (r == 0) {
 					eq_step = 0;
 					arm_eq(ia, EPOLL_CTL_MOD);
@@ -495,6 +549,7 @@ int dfi_progress_start(struct dfi_ia *ia)
 	if (rc)
 		goto err;
 	ia->progress_on = true;
+	atomic_store_explicit(&ia->eq_open, true, memory_order_release);
 	goto out;
 err:
 	dfi_err(DFI_SS_FABRIC, "IA '%s': cannot start the progress thread: %s",
@@ -519,9 +574,16 @@ void dfi_progress_stop(struct dfi_ia *ia)
 
 	if (!ia->progress_on)
 		return;
+	atomic_store_explicit(&ia->eq_open, false, memory_order_release);
 	if (write(ia->stop_fd, &one, sizeof(one)) < 0)
 		dfi_err(DFI_SS_FABRIC, "progress: stop: %m");
 	pthread_join(ia->progress, NULL);
+	/* a consumer's read of the EQ (dfi_cm_pull) that began before eq_open
+	 * cleared ends before the EQ closes */
+	if (!dfi_cm_pulling()) {
+		pthread_mutex_lock(&ia->eq_lock);
+		pthread_mutex_unlock(&ia->eq_lock);
+	}
 	close(ia->epfd);
 	close(ia->stop_fd);
 	close(ia->kick_fd);
@@ -608,6 +670,11 @@ void dfi_progress_unwatch_rcq(struct dfi_ia *ia, struct dfi_ep *ep)
 		ep->srq->n_stalled--;
 		pthread_mutex_unlock(&ep->srq->lock);
 	}
+	/* and by a consumer's read of the EQ (dfi_cm_pull); a CNO agent run
+	 * from that read waits for the batch only (the thread never waits
+	 * for the EQ's reader) */
+	while (ia->n_pulling && !dfi_cm_pulling())
+		pthread_cond_wait(&ia->batch_done, &ia->lock);
 	if (pthread_equal(pthread_self(), ia->progress))
 		return;		/* freed from a callback of the thread itself */
 	b = ia->batch;

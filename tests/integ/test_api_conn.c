@@ -28,6 +28,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -2679,6 +2680,278 @@ static void test_rdma_write_then_send_visibility(void **state)
 
 /* ================================================================= main */
 
+/* ------------------------------------------- consumers driving the EQ */
+
+/* Connection events with consumers that drive the IA's event queue
+ * themselves (a dequeue from, or a waiter on, a CR or connection EVD reads
+ * it: dfi_cm_pull), several at once and next to the progress thread: two
+ * client threads of one IA connect CM_N EPs each, one waiting on its own
+ * connection EVD, the other polling its own; a server thread polls its CR
+ * EVD, accepts, and polls its connection EVD.  Every EVD must get exactly
+ * its own EPs' events, each once and in order per EP: ESTABLISHED, then
+ * (after the client disconnects it) DISCONNECTED, and nothing more.  The
+ * events of different EPs may interleave: a client disconnects once it
+ * has its own ESTABLISHED events, whatever the server has seen. */
+#define CM_N		24
+#define CM_PHASE_MS	10000u
+
+struct cm_client {
+	struct pair *p;
+	bool poll;			/* dequeue loop, else dat_evd_wait */
+	DAT_EVD_HANDLE conn;		/* its own connection EVD */
+	DAT_EP_HANDLE ep[CM_N];
+	char err[240];			/* the first failure (threads do not assert) */
+};
+
+struct cm_server {
+	struct pair *p;
+	DAT_EVD_HANDLE cr, conn;
+	DAT_PSP_HANDLE psp;
+	DAT_CONN_QUAL port;
+	DAT_EP_HANDLE ep[2 * CM_N];
+	int seen[2 * CM_N];		/* 0: nothing, 1: ESTABLISHED, 2: and DISCONNECTED */
+	int nep;
+	char err[240];
+};
+
+/* The next event of evd within the phase's deadline: 1, 0 when the
+ * deadline passed, or -1 with err set. */
+static int cm_next(DAT_EVD_HANDLE evd, bool poll, uint64_t deadline, DAT_EVENT *ev,
+		   char *err, size_t errlen)
+{
+	char b[160];
+
+	for (;;) {
+		uint64_t now = now_ns();
+		DAT_COUNT nmore;
+		DAT_RETURN rc;
+
+		if (now >= deadline)
+			return 0;
+		if (poll)
+			rc = dat_evd_dequeue(evd, ev);
+		else
+			rc = dat_evd_wait(evd, (DAT_TIMEOUT)((deadline - now) / 1000u) + 1, 1, ev,
+					  &nmore);
+		if (rc == DAT_SUCCESS)
+			return 1;
+		if (DAT_GET_TYPE(rc) != DAT_QUEUE_EMPTY && DAT_GET_TYPE(rc) != DAT_TIMEOUT_EXPIRED) {
+			snprintf(err, errlen, "%s: %s", poll ? "dat_evd_dequeue" : "dat_evd_wait",
+				 rc_name(rc, b, sizeof(b)));
+			return -1;
+		}
+	}
+}
+
+static int cm_index(DAT_EP_HANDLE const *eps, int n, DAT_EP_HANDLE ep)
+{
+	for (int i = 0; i < n; i++)
+		if (eps[i] == ep)
+			return i;
+	return -1;
+}
+
+/* Collect one event `want` for each of eps[0..n) from evd. */
+static bool cm_collect(DAT_EVD_HANDLE evd, bool poll, DAT_EP_HANDLE const *eps, int n,
+		       DAT_EVENT_NUMBER want, const char *who, char *err, size_t errlen)
+{
+	uint64_t deadline = now_ns() + CM_PHASE_MS * UINT64_C(1000000);
+	bool seen[2 * CM_N] = { false };
+	int got = 0;
+
+	while (got < n) {
+		DAT_EVENT ev;
+		int r = cm_next(evd, poll, deadline, &ev, err, errlen), i;
+
+		if (r < 0)
+			return false;
+		if (r == 0) {
+			snprintf(err, errlen, "%s: %d of %d %s within %u ms", who, got, n,
+				 ev_name(want), CM_PHASE_MS);
+			return false;
+		}
+		i = cm_index(eps, n, ev.event_data.connect_event_data.ep_handle);
+		if (ev.event_number != want || i < 0 || seen[i]) {
+			snprintf(err, errlen, "%s: %s for EP %p (%s), waiting for %s (%d of %d)",
+				 who, ev_name(ev.event_number),
+				 (void *)ev.event_data.connect_event_data.ep_handle,
+				 i < 0 ? "not one of its EPs" : seen[i] ? "a second one" : "its own",
+				 ev_name(want), got, n);
+			return false;
+		}
+		seen[i] = true;
+		got++;
+	}
+	return true;
+}
+
+/* Nothing more within 100 ms. */
+static bool cm_quiet(DAT_EVD_HANDLE evd, const char *who, char *err, size_t errlen)
+{
+	DAT_EVENT ev;
+	int r = cm_next(evd, true, now_ns() + 100 * UINT64_C(1000000), &ev, err, errlen);
+
+	if (r > 0)
+		snprintf(err, errlen, "%s: an extra %s for EP %p", who, ev_name(ev.event_number),
+			 (void *)ev.event_data.connect_event_data.ep_handle);
+	return r == 0;
+}
+
+static void *cm_client_main(void *arg)
+{
+	struct cm_client *c = arg;
+	struct side *x = &c->p->c;
+	DAT_EP_ATTR a = ep_attr(2, 2);
+	const char *who = c->poll ? "polling client" : "waiting client";
+	char b[160];
+	DAT_RETURN rc;
+
+	for (int i = 0; i < CM_N; i++) {
+		rc = dat_ep_create(x->ia, x->pz, x->rcv, x->req, c->conn, &a, &c->ep[i]);
+		if (rc == DAT_SUCCESS)
+			rc = connect_to(c->ep[i], c->p->port, NULL, 0);
+		if (rc != DAT_SUCCESS) {
+			snprintf(c->err, sizeof(c->err), "%s: EP %d: create or connect: %s", who, i,
+				 rc_name(rc, b, sizeof(b)));
+			return NULL;
+		}
+	}
+	if (!cm_collect(c->conn, c->poll, c->ep, CM_N, DAT_CONNECTION_EVENT_ESTABLISHED, who,
+			c->err, sizeof(c->err)))
+		return NULL;
+	for (int i = 0; i < CM_N; i++)
+		if ((rc = dat_ep_disconnect(c->ep[i], DAT_CLOSE_GRACEFUL_FLAG)) != DAT_SUCCESS) {
+			snprintf(c->err, sizeof(c->err), "%s: EP %d: dat_ep_disconnect: %s", who, i,
+				 rc_name(rc, b, sizeof(b)));
+			return NULL;
+		}
+	if (!cm_collect(c->conn, c->poll, c->ep, CM_N, DAT_CONNECTION_EVENT_DISCONNECTED, who,
+			c->err, sizeof(c->err)))
+		return NULL;
+	cm_quiet(c->conn, who, c->err, sizeof(c->err));
+	return NULL;
+}
+
+static void *cm_server_main(void *arg)
+{
+	struct cm_server *s = arg;
+	struct side *x = &s->p->s;
+	DAT_EP_ATTR a = ep_attr(2, 2);
+	uint64_t deadline = now_ns() + CM_PHASE_MS * UINT64_C(1000000);
+	char b[160];
+
+	/* accept every request, by polling the CR EVD */
+	while (s->nep < 2 * CM_N) {
+		DAT_EVENT ev;
+		DAT_RETURN rc;
+		int r = cm_next(s->cr, true, deadline, &ev, s->err, sizeof(s->err));
+
+		if (r < 0)
+			return NULL;
+		if (r == 0 || ev.event_number != DAT_CONNECTION_REQUEST_EVENT) {
+			snprintf(s->err, sizeof(s->err), "server: %s after %d requests",
+				 r ? ev_name(ev.event_number) : "no more requests", s->nep);
+			return NULL;
+		}
+		rc = dat_ep_create(x->ia, x->pz, x->rcv, x->req, s->conn, &a, &s->ep[s->nep]);
+		if (rc == DAT_SUCCESS)
+			rc = dat_cr_accept(ev.event_data.cr_arrival_event_data.cr_handle,
+					   s->ep[s->nep], 0, NULL);
+		if (rc != DAT_SUCCESS) {
+			snprintf(s->err, sizeof(s->err), "server: request %d: create or accept: %s",
+				 s->nep, rc_name(rc, b, sizeof(b)));
+			return NULL;
+		}
+		s->nep++;
+	}
+	/* each EP's ESTABLISHED, then its DISCONNECTED; those of different
+	 * EPs interleave (a client disconnects once it has its own) */
+	deadline = now_ns() + CM_PHASE_MS * UINT64_C(1000000);
+	for (int done = 0; done < s->nep;) {
+		static const char *const what[] = { "none", "ESTABLISHED", "both" };
+		DAT_EVENT ev;
+		int r = cm_next(s->conn, true, deadline, &ev, s->err, sizeof(s->err)), i;
+
+		if (r < 0)
+			return NULL;
+		if (r == 0) {
+			snprintf(s->err, sizeof(s->err), "server: %d of %d EPs saw ESTABLISHED "
+				 "then DISCONNECTED within %u ms", done, s->nep, CM_PHASE_MS);
+			return NULL;
+		}
+		i = cm_index(s->ep, s->nep, ev.event_data.connect_event_data.ep_handle);
+		if (i < 0 ||
+		    (ev.event_number == DAT_CONNECTION_EVENT_ESTABLISHED && s->seen[i] != 0) ||
+		    (ev.event_number == DAT_CONNECTION_EVENT_DISCONNECTED && s->seen[i] != 1) ||
+		    (ev.event_number != DAT_CONNECTION_EVENT_ESTABLISHED &&
+		     ev.event_number != DAT_CONNECTION_EVENT_DISCONNECTED)) {
+			snprintf(s->err, sizeof(s->err), "server: %s for EP %p, which %s",
+				 ev_name(ev.event_number),
+				 (void *)ev.event_data.connect_event_data.ep_handle,
+				 i < 0 ? "is not one of its EPs" : what[s->seen[i]]);
+			if (i >= 0)
+				snprintf(s->err + strlen(s->err), sizeof(s->err) - strlen(s->err),
+					 " had seen before");
+			return NULL;
+		}
+		if (++s->seen[i] == 2)
+			done++;
+	}
+	cm_quiet(s->conn, "server", s->err, sizeof(s->err));
+	return NULL;
+}
+
+static void test_cm_consumers_drive_eq(void **state)
+{
+	struct pair *p = *state;
+	struct cm_client c[2];
+	struct cm_server s;
+	pthread_t tc[2], ts;
+	DAT_EVD_HANDLE saved_cr = p->s.cr;
+
+	watchdog("test_cm_consumers_drive_eq", 60);
+	memset(&s, 0, sizeof(s));
+	s.p = p;
+	/* the server's own EVDs, deep enough for every request and event */
+	assert_ok(dat_evd_create(p->s.ia, 4 * CM_N, DAT_HANDLE_NULL, DAT_EVD_CR_FLAG, &s.cr));
+	assert_ok(dat_evd_create(p->s.ia, 4 * CM_N, DAT_HANDLE_NULL, DAT_EVD_CONNECTION_FLAG,
+				 &s.conn));
+	p->s.cr = s.cr;
+	assert_ok(psp_any(&p->s, &s.psp, &s.port));
+	p->s.cr = saved_cr;
+	p->port = s.port;
+	for (int i = 0; i < 2; i++) {
+		memset(&c[i], 0, sizeof(c[i]));
+		c[i].p = p;
+		c[i].poll = i == 1;
+		assert_ok(dat_evd_create(p->c.ia, 4 * CM_N, DAT_HANDLE_NULL,
+					 DAT_EVD_CONNECTION_FLAG, &c[i].conn));
+	}
+	assert_int_equal(pthread_create(&ts, NULL, cm_server_main, &s), 0);
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(pthread_create(&tc[i], NULL, cm_client_main, &c[i]), 0);
+	for (int i = 0; i < 2; i++)
+		pthread_join(tc[i], NULL);
+	pthread_join(ts, NULL);
+	for (int i = 0; i < 2; i++)
+		if (c[i].err[0])
+			fail_msg("%s", c[i].err);
+	if (s.err[0])
+		fail_msg("%s", s.err);
+	assert_int_equal(s.nep, 2 * CM_N);
+	for (int i = 0; i < 2; i++)
+		for (int k = 0; k < CM_N; k++) {
+			assert_int_equal(ep_state(c[i].ep[k]), DAT_EP_STATE_DISCONNECTED);
+			assert_ok(dat_ep_free(c[i].ep[k]));
+		}
+	for (int k = 0; k < s.nep; k++) {
+		assert_int_equal(ep_state(s.ep[k]), DAT_EP_STATE_DISCONNECTED);
+		assert_ok(dat_ep_free(s.ep[k]));
+	}
+	assert_ok(dat_psp_free(s.psp));
+	alarm(0);
+}
+
 #define TP(name) cmocka_unit_test_setup_teardown(name, pair_setup, pair_teardown)
 
 int main(int argc, char **argv)
@@ -2689,6 +2962,7 @@ int main(int argc, char **argv)
 		TP(test_reject_then_reset_reconnect),
 		TP(test_no_listener_then_reset_reconnect),
 		TP(test_connect_timeout_silent_peer),
+		TP(test_cm_consumers_drive_eq),
 		/* 2. data */
 		TP(test_send_recv_segments),
 		TP(test_rdma_write_read),
