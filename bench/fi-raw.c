@@ -279,8 +279,13 @@ static int conn_event(struct raw_x *x, uint32_t *ev, struct fi_eq_cm_entry *ent,
 {
 	uint64_t deadline = perf_now() + (uint64_t)opts.timeout_s * 1000000000u;
 
+	unsigned spins = 0;
+
 	for (;;) {
-		ssize_t n = fi_eq_sread(x->eq, ev, ent, size, 1, 0);
+		/* -m poll busy-polls the EQ (dtestcm's default, and
+		 * daplofi-perf's dat_evd_dequeue loop); otherwise it sleeps */
+		ssize_t n = x->mode == M_POLL ? fi_eq_read(x->eq, ev, ent, size, 0) :
+			    fi_eq_sread(x->eq, ev, ent, size, 1, 0);
 
 		if (n >= 0) {
 			*len = (size_t)n;
@@ -296,7 +301,9 @@ static int conn_event(struct raw_x *x, uint32_t *ev, struct fi_eq_cm_entry *ent,
 			return PERF_ERR;
 		}
 		if (n != -FI_EAGAIN && n != -FI_ETIMEDOUT)
-			return fi_fail((int)n, "fi_eq_sread");
+			return fi_fail((int)n, x->mode == M_POLL ? "fi_eq_read" : "fi_eq_sread");
+		if (x->mode == M_POLL && ++spins % 4096)
+			continue;
 		fi_cq_read(x->rxcq, NULL, 0);
 		if (perf_now() > deadline) {
 			fprintf(stderr, "%s: %s: conn: no connection event within %u s (-T)\n",

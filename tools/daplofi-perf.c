@@ -367,10 +367,11 @@ static uint64_t conn_deadline(void)
 	return perf_now() + (uint64_t)opts.timeout_s * 1000000000u;
 }
 
-/* One event of evd within -T, by dat_evd_wait. */
+/* One event of evd within -T: by a dat_evd_dequeue loop with -m poll (as
+ * dtestcm does by default), by dat_evd_wait otherwise. */
 static int conn_event(struct dat_x *x, DAT_EVD_HANDLE evd, DAT_EVENT *ev, const char *what)
 {
-	struct dat_x w = { .who = x->who, .mode = M_WAIT };
+	struct dat_x w = { .who = x->who, .mode = x->mode == M_POLL ? M_POLL : M_WAIT };
 	int rc = next_event(&w, evd, ev, conn_deadline());
 
 	if (rc == 1)
