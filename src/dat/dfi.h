@@ -395,6 +395,8 @@ int dfi_evd_cq(struct dfi_evd *evd, struct dfi_cq **cq);
 void dfi_evd_cq_close(struct dfi_evd *evd);
 struct dfi_dto_pool *dfi_dto_pool_new(int n);
 void dfi_dto_pool_release(struct dfi_ia *ia, struct dfi_dto_pool *p);
+/* Whether descriptors of p are posted and not yet read from the CQ. */
+bool dfi_dto_pool_busy(struct dfi_dto_pool *p);
 void dfi_zombies_free(struct dfi_ia *ia);
 int dfi_dto_get(struct dfi_dto_pool *p);
 void dfi_dto_put(struct dfi_dto_pool *p, int i);

@@ -99,6 +99,18 @@ static void dto_complete(struct dfi_dto_pool *p, const int *idx, int n, int repo
 
 /* A freed EP's pool with completions still in a CQ stays until IA close,
  * so a late completion never points into freed memory. */
+bool dfi_dto_pool_busy(struct dfi_dto_pool *p)
+{
+	int out;
+
+	if (!p)
+		return false;
+	pthread_mutex_lock(&p->lock);
+	out = p->outstanding;
+	pthread_mutex_unlock(&p->lock);
+	return out > 0;
+}
+
 void dfi_dto_pool_release(struct dfi_ia *ia, struct dfi_dto_pool *p)
 {
 	int out;

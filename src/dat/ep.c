@@ -323,6 +323,7 @@ void dfi_ep_destroy(struct dfi_ep *ep)
 {
 	struct dfi_ia *ia = ep->hdr.ia;
 	struct dfi_srq *srq = ep->srq;
+	bool sbusy, rbusy;
 
 	dfi_ep_close_fep(ep);
 	dfi_ep_flush_pending(ep);
@@ -335,10 +336,15 @@ void dfi_ep_destroy(struct dfi_ep *ep)
 		dfi_srq_ep_detach(ep);
 	/* Completions of this EP still in a CQ are flushed through the EVDs
 	 * (their events name a freed EP); a pool with completions due stays
-	 * with the IA until it closes. */
-	if (ep->req_evd)
+	 * with the IA until it closes.  A pool with nothing posted left
+	 * nothing there: no read (on libfabric 1.17 tcp a read of an empty
+	 * CQ walks every EP bound to it, so freeing N idle EPs would cost
+	 * N walks of N). */
+	sbusy = dfi_dto_pool_busy(ep->sendq);
+	rbusy = dfi_dto_pool_busy(ep->recvq);
+	if (ep->req_evd && (sbusy || (rbusy && ep->recv_evd == ep->req_evd)))
 		dfi_evq_source_flush(&ep->req_evd->q);
-	if (ep->recv_evd && ep->recv_evd != ep->req_evd)
+	if (ep->recv_evd && ep->recv_evd != ep->req_evd && rbusy)
 		dfi_evq_source_flush(&ep->recv_evd->q);
 	dfi_dto_pool_release(ia, ep->sendq);
 	dfi_dto_pool_release(ia, ep->recvq);
