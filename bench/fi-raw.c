@@ -219,15 +219,18 @@ static int x_recv_done(void *p, size_t *len, uint64_t deadline)
 	return n == 0 ? PERF_TIMEDOUT : n;
 }
 
-static int x_req_done(void *p, uint64_t deadline)
+static int x_req_done(void *p, int max, uint64_t deadline)
 {
 	struct raw_x *x = p;
 	struct fi_cq_msg_entry e[CQ_BATCH];
-	int n = cq_get(x, x->txcq, x->txfd, e, CQ_BATCH, deadline, "request"), more;
+	int n = cq_get(x, x->txcq, x->txfd, e, max < CQ_BATCH ? max : CQ_BATCH, deadline,
+		       "request"), more;
 
-	/* waited for one: take what else is there, as a DAT consumer does */
-	while (n > 0 && deadline && (more = cq_get(x, x->txcq, x->txfd, e, CQ_BATCH, 0,
-						   "request")) > 0)
+	/* waited for one: take what else is there, up to max, as a DAT
+	 * consumer does */
+	while (n > 0 && n < max && deadline &&
+	       (more = cq_get(x, x->txcq, x->txfd, e, max - n < CQ_BATCH ? max - n : CQ_BATCH, 0,
+			      "request")) > 0)
 		n += more;
 	return n;
 }

@@ -339,18 +339,20 @@ static int x_recv_done(void *p, size_t *len, uint64_t deadline)
 	return rc == 0 ? PERF_TIMEDOUT : rc;
 }
 
-static int x_req_done(void *p, uint64_t deadline)
+static int x_req_done(void *p, int max, uint64_t deadline)
 {
 	struct dat_x *x = p;
 	DAT_EVENT ev;
 	int n = 0, rc;
 
-	/* blocking: wait for the first, then take what else is there */
+	/* blocking: wait for the first, then take what else is there, up to
+	 * max (DAT returns one event per call) */
 	rc = next_event(x, x->req, &ev, deadline);
 	while (rc == 1) {
 		if (check_dto(x, &ev, false))
 			return PERF_ERR;
-		n++;
+		if (++n >= max)
+			break;
 		rc = next_event(x, x->req, &ev, 0);
 	}
 	if (rc < 0 && !n)

@@ -765,10 +765,12 @@ struct perf_ops {
 	/* One receive completion, waited for by the run's mode until the
 	 * deadline: PERF_OK (*len set), PERF_TIMEDOUT or PERF_ERR. */
 	int (*recv_done)(void *x, size_t *len, uint64_t deadline);
-	/* Request completions: deadline 0 reaps what is there without
-	 * waiting; otherwise waits for at least one.  Count, PERF_TIMEDOUT
-	 * or PERF_ERR. */
-	int (*req_done)(void *x, uint64_t deadline);
+	/* Request completions, at most max (>= 1: the caller knows how many
+	 * it posted, and a read past them would poll an empty queue, which on
+	 * libfabric's tcp walks every endpoint of the CQ): deadline 0 reaps
+	 * what is there without waiting; otherwise waits for at least one.
+	 * Count, PERF_TIMEDOUT or PERF_ERR. */
+	int (*req_done)(void *x, int max, uint64_t deadline);
 	/* conn: the client opens n more endpoints and connects them, at most
 	 * `window` connecting at once; the server accepts n.  They share the
 	 * main endpoint's completion queues (DTO EVDs, CQs) and post nothing.
@@ -889,7 +891,7 @@ static inline int perf_timeout(const struct perf_run *r, const char *what)
 static inline int perf_reap_to(struct perf_run *r, int target, const char *what)
 {
 	while (r->outstanding > target) {
-		int n = r->ops->req_done(r->x, perf_deadline(r));
+		int n = r->ops->req_done(r->x, r->outstanding, perf_deadline(r));
 
 		if (n == PERF_TIMEDOUT)
 			return perf_timeout(r, what);
@@ -907,7 +909,7 @@ static inline int perf_reap_some(struct perf_run *r)
 
 	if (!r->outstanding)
 		return PERF_OK;
-	n = r->ops->req_done(r->x, 0);
+	n = r->ops->req_done(r->x, r->outstanding, 0);
 	if (n < 0)
 		return PERF_ERR;
 	r->outstanding -= n;
@@ -991,7 +993,7 @@ static inline int perf_poll_byte(struct perf_run *r, size_t size, uint8_t v)
 
 	while (*p != v) {
 		/* always call in: a raw libfabric target has no other progress */
-		int n = r->ops->req_done(r->x, 0);
+		int n = r->ops->req_done(r->x, r->outstanding > 0 ? r->outstanding : 1, 0);
 
 		if (n < 0)
 			return PERF_ERR;
