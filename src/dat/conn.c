@@ -761,7 +761,6 @@ int dfi_cm_handle(struct dfi_ia *ia)
 	}
 }
 
-
 static _Thread_local bool pulling;
 
 bool dfi_cm_pulling(void)
