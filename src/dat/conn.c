@@ -140,24 +140,59 @@ DAT_RETURN dfi_psp_query(DAT_PSP_HANDLE h, DAT_PSP_PARAM_MASK mask, DAT_PSP_PARA
 	return DAT_SUCCESS;
 }
 
+/* Freeing a service point "shall have no effect on previously generated
+ * Connection Requested Events", CR instances included (dat_psp_free(3)): an
+ * SP with CRs pending keeps its listener, which their accept or reject
+ * needs, and is retired with the last of them (cr_done).  Meanwhile its
+ * handle is dead and new requests on its port are refused. */
 void dfi_sp_destroy(struct dfi_sp *sp)
 {
 	struct dfi_ia *ia = sp->hdr.ia;
+	bool keep;
 
 	pthread_mutex_lock(&ia->cm_lock);
-	dfi_pep_close(sp->pep);
-	sp->pep = NULL;
-	pthread_mutex_unlock(&ia->cm_lock);
-	dfi_evq_unref(&sp->cr_evd->q);
+	keep = sp->ncr > 0;
+	if (keep) {
+		sp->freed = true;
+		sp->hdr.type = DFI_T_SP_GONE;
+	} else {
+		dfi_pep_close(sp->pep);
+		sp->pep = NULL;
+	}
 	if (sp->ep) {
-		pthread_mutex_lock(&ia->cm_lock);
+		/* an RSP's EP reverts to the consumer */
 		if (sp->ep->rsp == sp)
 			sp->ep->rsp = NULL;
 		if (sp->ep->state == DAT_EP_STATE_RESERVED)
 			sp->ep->state = DAT_EP_STATE_UNCONNECTED;
-		pthread_mutex_unlock(&ia->cm_lock);
+		sp->ep = NULL;
 	}
-	dfi_obj_retire(sp);
+	pthread_mutex_unlock(&ia->cm_lock);
+	dfi_evq_unref(&sp->cr_evd->q);
+	if (!keep)
+		dfi_obj_retire(sp);
+}
+
+/* A CR is accepted, rejected or destroyed (cm_lock held).  Returns its SP
+ * if the consumer freed that and this was its last CR: the listener is
+ * closed here, the caller retires the SP once cm_lock is dropped. */
+static struct dfi_sp *cr_done(struct dfi_cr *cr)
+{
+	struct dfi_sp *sp = cr->sp;
+
+	if (--sp->ncr > 0 || !sp->freed)
+		return NULL;
+	dfi_pep_close(sp->pep);
+	sp->pep = NULL;
+	return sp;
+}
+
+/* Retire a finished CR, and its SP if cr_done handed it back. */
+static void cr_retire(struct dfi_cr *cr, struct dfi_sp *gone)
+{
+	dfi_obj_retire(cr);
+	if (gone)
+		dfi_obj_retire(gone);
 }
 
 DAT_RETURN dfi_psp_free(DAT_PSP_HANDLE h)
@@ -260,15 +295,24 @@ DAT_RETURN dfi_cr_query(DAT_CR_HANDLE h, DAT_CR_PARAM_MASK mask, DAT_CR_PARAM *p
 	p->remote_port_qual = ntohs(cr->remote.sin_port);
 	p->private_data_size = cr->plen;
 	p->private_data = cr->pdata;	/* writable: dtest edits it in place */
-	p->local_ep_handle = cr->sp->ep;
+	pthread_mutex_lock(&cr->hdr.ia->cm_lock);
+	p->local_ep_handle = cr->sp->ep;	/* NULL once an RSP is freed */
+	pthread_mutex_unlock(&cr->hdr.ia->cm_lock);
 	return DAT_SUCCESS;
 }
 
 void dfi_cr_destroy(struct dfi_cr *cr)
 {
+	struct dfi_ia *ia = cr->hdr.ia;
+	struct dfi_sp *gone;
+
+	pthread_mutex_lock(&ia->cm_lock);
 	if (cr->req)
 		dfi_pep_reject(cr->sp->pep, cr->req, NULL, 0);
-	dfi_obj_retire(cr);
+	cr->req = NULL;
+	gone = cr_done(cr);
+	pthread_mutex_unlock(&ia->cm_lock);
+	cr_retire(cr, gone);
 }
 
 /* Create the libfabric endpoint of `ep` (cm_lock held): CQs of its EVDs,
@@ -326,6 +370,7 @@ DAT_RETURN dfi_cr_accept(DAT_CR_HANDLE h, DAT_EP_HANDLE eph, DAT_COUNT plen,
 			 const DAT_PVOID pdata)
 {
 	struct dfi_cr *cr = dfi_obj_get(h, DFI_T_CR);
+	struct dfi_sp *gone = NULL;
 	struct dfi_ep *ep;
 	struct dfi_ia *ia;
 	int rc;
@@ -334,11 +379,17 @@ DAT_RETURN dfi_cr_accept(DAT_CR_HANDLE h, DAT_EP_HANDLE eph, DAT_COUNT plen,
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_CR),
 				  "%p is not a CR handle", (void *)h);
 	ia = cr->hdr.ia;
-	ep = eph ? dfi_obj_get(eph, DFI_T_EP) : cr->sp->ep;
+	if (eph) {
+		ep = dfi_obj_get(eph, DFI_T_EP);
+	} else {
+		pthread_mutex_lock(&ia->cm_lock);
+		ep = cr->sp->ep;
+		pthread_mutex_unlock(&ia->cm_lock);
+	}
 	if (!ep || ep->hdr.ia != ia)
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EP),
 				  "%p is not an EP of this IA%s", (void *)eph,
-				  eph ? "" : " (and the CR came to a PSP, not an RSP)");
+				  eph ? "" : " (and the CR did not come to a live RSP)");
 	if (plen < 0 || plen > DFI_PDATA_MAX || (plen && !pdata))
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3),
 				  "private data size %d (max %d)", plen, DFI_PDATA_MAX);
@@ -359,18 +410,21 @@ DAT_RETURN dfi_cr_accept(DAT_CR_HANDLE h, DAT_EP_HANDLE eph, DAT_COUNT plen,
 			dfi_fep_close(ep->fep);
 			ep->fep = NULL;
 			ep->state = DAT_EP_STATE_UNCONNECTED;
+		} else {
+			gone = cr_done(cr);
 		}
 	}
 	pthread_mutex_unlock(&ia->cm_lock);
 	if (rc)
 		return DFI_ERR(DAT_INTERNAL_ERROR, 0);
-	dfi_obj_retire(cr);
+	cr_retire(cr, gone);
 	return DAT_SUCCESS;
 }
 
 DAT_RETURN dfi_cr_reject(DAT_CR_HANDLE h, DAT_COUNT plen, const DAT_PVOID pdata)
 {
 	struct dfi_cr *cr = dfi_obj_get(h, DFI_T_CR);
+	struct dfi_sp *gone;
 
 	if (!cr)
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_CR),
@@ -381,8 +435,9 @@ DAT_RETURN dfi_cr_reject(DAT_CR_HANDLE h, DAT_COUNT plen, const DAT_PVOID pdata)
 	pthread_mutex_lock(&cr->hdr.ia->cm_lock);
 	dfi_pep_reject(cr->sp->pep, cr->req, pdata, (size_t)plen);
 	cr->req = NULL;
+	gone = cr_done(cr);
 	pthread_mutex_unlock(&cr->hdr.ia->cm_lock);
-	dfi_obj_retire(cr);
+	cr_retire(cr, gone);
 	return DAT_SUCCESS;
 }
 
@@ -570,8 +625,9 @@ static void handle_connreq(struct dfi_ia *ia, struct dfi_sp *sp, struct dfi_cm_e
 {
 	struct dfi_cr *cr;
 
-	if (sp->hdr.type == DFI_T_RSP && sp->used) {
-		dfi_pep_reject(sp->pep, e->req, NULL, 0);	/* single use */
+	if (sp->freed || (sp->hdr.type == DFI_T_RSP && sp->used)) {
+		/* freed, kept for its CRs; or an RSP's single use is spent */
+		dfi_pep_reject(sp->pep, e->req, NULL, 0);
 		return;
 	}
 	cr = dfi_obj_new(ia, DFI_T_CR, sizeof(*cr));
@@ -580,6 +636,7 @@ static void handle_connreq(struct dfi_ia *ia, struct dfi_sp *sp, struct dfi_cm_e
 		return;
 	}
 	cr->sp = sp;
+	sp->ncr++;
 	cr->req = e->req;
 	cr->plen = (DAT_COUNT)e->plen;
 	memcpy(cr->pdata, e->pdata, e->plen);
@@ -616,7 +673,8 @@ static void translate(struct dfi_ia *ia, struct dfi_cm_event *e, struct cm_post 
 	struct dfi_ep *ep;
 
 	if (e->type == DFI_CM_CONNREQ) {
-		if (o && (o->type == DFI_T_PSP || o->type == DFI_T_RSP))
+		if (o && (o->type == DFI_T_PSP || o->type == DFI_T_RSP ||
+			  o->type == DFI_T_SP_GONE))
 			handle_connreq(ia, (struct dfi_sp *)o, e, p);
 		else
 			dfi_connreq_free(e->req);
@@ -745,12 +803,16 @@ int dfi_cm_handle(struct dfi_ia *ia)
 			continue;
 		}
 		if (dfi_evq_post(p.q, &p.ev) != 0 && p.cr) {
-			/* the CR EVD overflowed: refuse on the wire, as OFA does */
+			/* the CR EVD overflowed: refuse on the wire, as OFA does
+			 * (the SP is alive: it counts this CR) */
+			struct dfi_sp *gone;
+
 			pthread_mutex_lock(&ia->cm_lock);
 			dfi_pep_reject(p.cr->sp->pep, p.cr->req, NULL, 0);
 			p.cr->req = NULL;
+			gone = cr_done(p.cr);
 			pthread_mutex_unlock(&ia->cm_lock);
-			dfi_obj_retire(p.cr);
+			cr_retire(p.cr, gone);
 		}
 		dfi_evq_unref(p.q);
 		/* after the connection event: dtestsrq waits for that first,

@@ -48,6 +48,7 @@ enum dfi_type {
 	DFI_T_RMR  = 0x0fd1000a,
 	DFI_T_SRQ  = 0x0fd1000b,
 	DFI_T_CSP  = 0x0fd1000c,
+	DFI_T_SP_GONE = 0x0fd1000d,	/* a freed PSP/RSP kept for its CRs */
 };
 
 struct dfi_ia;
@@ -241,6 +242,11 @@ struct dfi_sp {
 	DAT_PSP_FLAGS flags;
 	struct dfi_ep *ep;		/* RSP: the reserved EP */
 	bool used;			/* RSP: single use */
+	/* Its CRs not yet accepted or rejected, and whether the consumer
+	 * freed it meanwhile (cm_lock): a freed SP keeps its listener for
+	 * them, refusing new requests, and goes with the last (conn.c). */
+	int ncr;
+	bool freed;
 };
 
 /* A connection request, until accepted or rejected. */

@@ -1470,6 +1470,58 @@ static void test_peer_sigkilled_mid_stream(void **state)
 	alarm(0);
 }
 
+/* dat_psp_free "shall have no effect on previously generated Connection
+ * Requested Events", CR instances included (dat_psp_free(3)): two CRs taken
+ * before the free are still queried, accepted and rejected; a request after
+ * the free is refused without a CR; the PSP handle is dead at once, and the
+ * port is free once the last CR is done. */
+static void test_psp_free_keeps_pending_crs(void **state)
+{
+	struct pair *p = *state;
+	DAT_EP_ATTR a = ep_attr(16, 16);
+	DAT_EP_HANDLE ep2, ep3;
+	DAT_CR_HANDLE cr1, cr2;
+	DAT_PSP_HANDLE gone = p->psp, again;
+	DAT_PSP_PARAM pp;
+	DAT_CR_PARAM crp;
+
+	watchdog(__func__, 60);
+	assert_ok(dat_ep_create(p->c.ia, p->c.pz, p->c.rcv, p->c.req, p->c.conn, &a, &ep2));
+	assert_ok(dat_ep_create(p->c.ia, p->c.pz, p->c.rcv, p->c.req, p->c.conn, &a, &ep3));
+	assert_ok(connect_to(p->c.ep, p->port, NULL, 0));
+	cr1 = wait_cr(&p->s, p->psp, p->port);
+	assert_ok(connect_to(ep2, p->port, NULL, 0));
+	cr2 = wait_cr(&p->s, p->psp, p->port);
+
+	assert_ok(dat_psp_free(p->psp));
+	p->psp = DAT_HANDLE_NULL;
+	assert_err(dat_psp_query(gone, DAT_PSP_FIELD_ALL, &pp), DAT_INVALID_HANDLE);
+
+	/* a request after the free: refused, and no CR for it */
+	assert_ok(connect_to(ep3, p->port, NULL, 0));
+	expect_conn(p->c.conn, DAT_CONNECTION_EVENT_PEER_REJECTED, ep3, 5000,
+		    "client (connect after dat_psp_free)", NULL);
+	expect_empty(p->s.cr, 200, "server CR EVD after dat_psp_free");
+
+	/* the CRs from before are whole */
+	memset(&crp, 0, sizeof(crp));
+	assert_ok(dat_cr_query(cr1, DAT_CR_FIELD_ALL, &crp));
+	assert_int_not_equal(crp.remote_port_qual, 0);
+	assert_null(crp.local_ep_handle);
+	assert_ok(dat_cr_accept(cr1, p->s.ep, 0, NULL));
+	expect_conn(p->s.conn, DAT_CONNECTION_EVENT_ESTABLISHED, p->s.ep, 5000, "server", NULL);
+	expect_conn(p->c.conn, DAT_CONNECTION_EVENT_ESTABLISHED, p->c.ep, 5000, "client", NULL);
+	/* the listener stays for cr2: the port is not free yet */
+	assert_ok(dat_cr_reject(cr2, 0, NULL));
+	expect_conn(p->c.conn, DAT_CONNECTION_EVENT_PEER_REJECTED, ep2, 5000,
+		    "client (CR rejected after dat_psp_free)", NULL);
+
+	/* the last CR is done: the port can be listened on again */
+	assert_ok(dat_psp_create(p->s.ia, p->port, p->s.cr, DAT_PSP_CONSUMER_FLAG, &again));
+	p->psp = again;
+	alarm(0);
+}
+
 /* ================================= 6. EP freed with completions pending */
 
 static void test_ep_free_with_completions_pending(void **state)
@@ -2978,6 +3030,7 @@ int main(int argc, char **argv)
 		TP(test_peer_sigkilled_mid_stream),
 		/* 6. EP freed with completions due */
 		TP(test_ep_free_with_completions_pending),
+		TP(test_psp_free_keeps_pending_crs),
 		/* 7. RSP */
 		TP(test_rsp_accept_with_null_ep),
 		/* RMR (emulated) */
