@@ -463,13 +463,25 @@ static int fill_iov(const struct dfi_sge *sg, int n, struct iovec *iov, void **d
 	return 0;
 }
 
-/* One segment (or none) goes by fi_send/fi_recv/fi_write/fi_read: on
- * libfabric 1.17 tcp the vector calls cost about 150 instructions more per
- * post (callgrind, 64 B ping-pong), and one segment is the common case. */
-
 static int post_rc(ssize_t rc)
 {
 	return rc == -FI_EAGAIN ? -EAGAIN : (int)rc;
+}
+
+/* One segment (or none) goes by fi_send/fi_recv/fi_write/fi_read: on
+ * libfabric 1.17 tcp the vector calls cost about 150 instructions more per
+ * post (callgrind, 64 B ping-pong), and one segment is the common case. */
+static int recv_on(struct fid_ep *ep, const struct dfi_sge *sg, int n, void *ctx)
+{
+	struct iovec iov[4];
+	void *desc[4];
+	int rc;
+
+	if (n <= 1)
+		return post_rc(fi_recv(ep, n ? sg[0].addr : NULL, n ? sg[0].len : 0,
+				       n ? sge_desc(&sg[0]) : NULL, 0, ctx));
+	rc = fill_iov(sg, n, iov, desc);
+	return rc ? rc : post_rc(fi_recvv(ep, iov, desc, (size_t)n, 0, ctx));
 }
 
 int dfi_post_send(struct dfi_fep *e, const struct dfi_sge *sg, int n, void *ctx)
@@ -487,28 +499,12 @@ int dfi_post_send(struct dfi_fep *e, const struct dfi_sge *sg, int n, void *ctx)
 
 int dfi_post_recv(struct dfi_fep *e, const struct dfi_sge *sg, int n, void *ctx)
 {
-	struct iovec iov[4];
-	void *desc[4];
-	int rc;
-
-	if (n <= 1)
-		return post_rc(fi_recv(e->ep, n ? sg[0].addr : NULL, n ? sg[0].len : 0,
-				       n ? sge_desc(&sg[0]) : NULL, 0, ctx));
-	rc = fill_iov(sg, n, iov, desc);
-	return rc ? rc : post_rc(fi_recvv(e->ep, iov, desc, (size_t)n, 0, ctx));
+	return recv_on(e->ep, sg, n, ctx);
 }
 
 int dfi_srx_post_recv(struct dfi_srx *x, const struct dfi_sge *sg, int n, void *ctx)
 {
-	struct iovec iov[4];
-	void *desc[4];
-	int rc;
-
-	if (n <= 1)
-		return post_rc(fi_recv(x->srx, n ? sg[0].addr : NULL, n ? sg[0].len : 0,
-				       n ? sge_desc(&sg[0]) : NULL, 0, ctx));
-	rc = fill_iov(sg, n, iov, desc);
-	return rc ? rc : post_rc(fi_recvv(x->srx, iov, desc, (size_t)n, 0, ctx));
+	return recv_on(x->srx, sg, n, ctx);
 }
 
 static int rma(struct dfi_fep *e, const struct dfi_sge *sg, int n, uint64_t raddr,
