@@ -63,6 +63,7 @@ enum perf_test {
 	T_NONE = 0,
 	T_SEND_LAT, T_WRITE_LAT, T_READ_LAT,
 	T_SEND_BW, T_WRITE_BW, T_READ_BW,
+	T_REAP,
 	T_CONN,
 	T_EVENTS, T_WAKE, T_CNO, T_UPCALL,
 	T_COUNT
@@ -83,6 +84,9 @@ static const struct perf_test_info perf_tests[T_COUNT] = {
 	[T_SEND_BW]   = { "send_bw", NULL, "streaming send bandwidth", true, true },
 	[T_WRITE_BW]  = { "write_bw", NULL, "streaming RDMA write bandwidth", true, true },
 	[T_READ_BW]   = { "read_bw", NULL, "streaming RDMA read bandwidth", true, true },
+	[T_REAP]      = { "reap", NULL,
+			  "request completions reaped as events, bursts of -W RDMA writes",
+			  true, true },
 	[T_CONN]      = { "conn", NULL,
 			  "connection set-up, memory per connected EP, latency with them idle",
 			  true, false },
@@ -435,7 +439,7 @@ static inline void perf_usage(FILE *f, const char *prog, const char *name_opt,
 "  -h host      client: connect to this server (IPv4 address or name)\n"
 "  -n port      port / connection qualifier (default %u)\n"
 "  -t tests     comma list (default send_lat): send_lat write_lat read_lat\n"
-"               send_bw write_bw read_bw conn events wake cno upcall\n"
+"               send_bw write_bw read_bw reap conn events wake cno upcall\n"
 "               (send, write, read: the latency tests; conn runs alone:\n"
 "               its -S are endpoint counts, default 1,16,256,1024, and it\n"
 "               times a 64 B ping-pong beside each count of idle EPs)\n"
@@ -665,6 +669,9 @@ static inline void perf_out_row(struct perf_out *o, const struct perf_result *r)
 			       tn, o->name, mn, perf_tests[r->test].what);
 			if (r->test == T_EVENTS)
 				printf("%10s %9s %10s %12s\n", "pairs", "", "ns/pair", "M pairs/s");
+			else if (r->test == T_REAP)
+				printf("%10s %9s %7s %10s %12s\n", "bytes", "reaped", "burst",
+				       "ns/event", "M events/s");
 			else if (r->test == T_CONN)
 				printf("%10s %7s %12s %10s %12s %9s %9s %9s %9s   (client side; "
 				       "%u B ping-pong with the EPs idle, one-way us)\n", "endpoints",
@@ -682,6 +689,10 @@ static inline void perf_out_row(struct perf_out *o, const struct perf_result *r)
 		if (r->test == T_EVENTS)
 			printf("%10" PRIu32 " %9s %10.1f %12.2f\n", r->iters, "",
 			       r->msg_s > 0 ? 1e9 / r->msg_s : 0, r->msg_s / 1e6);
+		else if (r->test == T_REAP)
+			printf("%10" PRIu32 " %9" PRIu32 " %7" PRIu32 " %10.1f %12.2f\n", r->size,
+			       r->iters, r->window, r->msg_s > 0 ? 1e9 / r->msg_s : 0,
+			       r->msg_s / 1e6);
 		else if (r->test == T_CONN)
 			printf("%10" PRIu32 " %7" PRIu32 " %12.0f %10.1f %12.1f %9.2f %9.2f %9.2f"
 			       " %9.2f\n", r->size, r->window, r->msg_s, r->conn_us, r->kib_ep, r->avg_us,
@@ -1053,7 +1064,7 @@ static inline int perf_phase(struct perf_run *r, enum perf_test t, uint32_t size
 	uint32_t total = warm + n;
 	int window = (int)pl->window;
 	bool poll = pl->mode == M_POLL;
-	bool passive = t == T_READ_LAT || t == T_WRITE_BW || t == T_READ_BW;
+	bool passive = t == T_READ_LAT || t == T_WRITE_BW || t == T_READ_BW || t == T_REAP;
 	uint64_t t0 = 0, t1, it0, t_up = 0;
 	long rss0 = 0, rss1 = 0;
 	const char *tn = perf_tests[t].name;
@@ -1172,6 +1183,41 @@ static inline int perf_phase(struct perf_run *r, enum perf_test t, uint32_t size
 		if (perf_reap_to(r, 0, "waiting for the last completions"))
 			return PERF_ERR;
 		break;
+	case T_REAP:
+		/* The cost of turning request completions into events, apart
+		 * from posting and the wire: a burst of `window` RDMA writes,
+		 * then only the reaping of their completions is timed.  tcp
+		 * completes a small write inside the post (it goes straight to
+		 * the socket), so the completions wait in the CQ and the timed
+		 * part is the read of the CQ (fi_cq_read, libfabric's
+		 * progress included) plus, on the DAT side, the conversion to
+		 * DAT_EVENTs and one dat_evd_dequeue per event. */
+		if (r->server)
+			break;		/* passive target */
+		if (perf_reap_to(r, 0, "reap: draining"))
+			return PERF_ERR;
+		if (window > r->req_depth)
+			window = r->req_depth;
+		res->window = (uint32_t)window;
+		n = n / (uint32_t)window * (uint32_t)window;
+		if (!n)
+			n = (uint32_t)window;
+		res->iters = n;
+		total = warm + n;
+		for (uint32_t i = 0; i < total; i += (uint32_t)window) {
+			uint64_t ts;
+
+			for (int k = 0; k < window; k++)
+				if (perf_post(r, OP_WRITE, size, window))
+					return PERF_ERR;
+			ts = perf_now();
+			if (perf_reap_to(r, 0, "reap: waiting for the burst's completions"))
+				return PERF_ERR;
+			if (i >= warm)
+				t_up += perf_now() - ts;
+			perf_progress_tick(&r->prog, i);
+		}
+		break;
 	case T_CONN:
 		if (!r->ops->conn_up)
 			return perf_fail(r, "conn: not in this program");
@@ -1228,6 +1274,9 @@ static inline int perf_phase(struct perf_run *r, enum perf_test t, uint32_t size
 		res->msg_s = size / sec;
 		res->conn_us = sec * 1e6 / size;
 		res->kib_ep = (double)(rss1 - rss0) / size;
+	} else if (t == T_REAP) {
+		res->msg_s = t_up ? n / (t_up / 1e9) : 0;
+		res->mb_s = res->msg_s * size / 1e6;
 	} else if (perf_tests[t].bw) {
 		double sec = (t1 - t0) / 1e9;
 
