@@ -153,21 +153,28 @@ DAT_DTO_COMPLETION_STATUS dfi_dto_status(int err)
 	}
 }
 
+/* Every field of the DTO completion is written; the rest of the event's
+ * union is not cleared (it is not this event's, and this runs once per
+ * completion). */
 static void dto_event(struct dfi_dto *d, const struct dfi_comp *c, DAT_EVENT *ev)
 {
 	DAT_DTO_COMPLETION_EVENT_DATA *e = &ev->event_data.dto_completion_event_data;
 
-	memset(ev, 0, sizeof(*ev));
 	ev->event_number = DAT_DTO_COMPLETION_EVENT;
 	e->ep_handle = d->ep;
 	e->user_cookie = d->cookie;
-	e->status = dfi_dto_status(c->err);
+	e->status = DAT_DTO_SUCCESS;
 	e->operation = d->op;
 	/* tcp reports no length for sends: the posted length is ours */
 	e->transfered_length = d->op == DAT_DTO_RECEIVE ? (DAT_SEG_LENGTH)c->len : d->len;
-	if (c->err && c->err != ECANCELED)
-		dfi_dbg(DFI_SS_EP, "EP %p: DTO %d (cookie 0x%llx) failed: %s", (void *)d->ep,
-			(int)d->op, (unsigned long long)d->cookie.as_64, strerror(c->err));
+	e->rmr_context = 0;
+	if (c->err) {
+		e->status = dfi_dto_status(c->err);
+		if (c->err != ECANCELED)
+			dfi_dbg(DFI_SS_EP, "EP %p: DTO %d (cookie 0x%llx) failed: %s",
+				(void *)d->ep, (int)d->op, (unsigned long long)d->cookie.as_64,
+				strerror(c->err));
+	}
 }
 
 static int cq_read(void *ctx, DAT_EVENT *ev, int max)

@@ -177,10 +177,14 @@ static inline uint32_t dfi_evq_calls(struct dfi_evq *q)
 }
 
 /* A call that counts as the consumer's activity on q without entering it
- * (a post whose completion q will get): no lock needed. */
+ * (a post whose completion q will get): no lock needed.  A plain load and
+ * store, not a locked add: it runs on every post and dequeue, and all the
+ * reader needs is to see the count move.  Two racing callers may bump it
+ * once between them; it still moves. */
 static inline void dfi_evq_touch(struct dfi_evq *q)
 {
-	atomic_fetch_add_explicit(&q->calls, 1, memory_order_relaxed);
+	atomic_store_explicit(&q->calls, atomic_load_explicit(&q->calls, memory_order_relaxed) + 1,
+			      memory_order_relaxed);
 }
 
 /* Progress context: whether it may stay off the source's fd because the
