@@ -588,6 +588,8 @@ void dfi_ep_close_fep(struct dfi_ep *ep)
 struct cm_post {
 	struct dfi_evq *q;
 	DAT_EVENT ev;
+	DAT_EVENT pre;			/* posted before ev when has_pre */
+	bool has_pre;
 	struct dfi_cr *cr;		/* a CR event: rejected if it does not fit */
 	struct dfi_ep *broken;		/* an SRQ EP whose connection ended */
 };
@@ -616,8 +618,10 @@ static void conn_event(struct cm_post *p, struct dfi_ep *ep, DAT_EVENT_NUMBER nu
 		p->ev.event_data.connect_event_data.private_data = ep->pdata;
 		p->ev.event_data.connect_event_data.private_data_size = (DAT_COUNT)plen;
 	}
-	p->q = &ep->conn_evd->q;
-	dfi_evq_ref(p->q);
+	if (!p->q) {		/* a second event goes to the same EVD */
+		p->q = &ep->conn_evd->q;
+		dfi_evq_ref(p->q);
+	}
 }
 
 static void handle_connreq(struct dfi_ia *ia, struct dfi_sp *sp, struct dfi_cm_event *e,
@@ -693,6 +697,19 @@ static void translate(struct dfi_ia *ia, struct dfi_cm_event *e, struct cm_post 
 		conn_event(p, ep, DAT_CONNECTION_EVENT_ESTABLISHED, e->pdata, e->plen);
 		break;
 	case DFI_CM_SHUTDOWN:
+		if (ep->state == DAT_EP_STATE_PASSIVE_CONNECTION_PENDING) {
+			/* An accepted EP's shutdown before its FI_CONNECTED
+			 * (seen under TSan: libfabric 1.17 tcp reports the
+			 * peer's close from the data path).  tcp reports a
+			 * shutdown only for a connection that was up, and the
+			 * peer had its ESTABLISHED: so does this side, first.
+			 * The late FI_CONNECTED finds it disconnected. */
+			ep->connect_deadline = 0;
+			ep->established = true;
+			conn_event(p, ep, DAT_CONNECTION_EVENT_ESTABLISHED, NULL, 0);
+			p->pre = p->ev;
+			p->has_pre = p->q != NULL;
+		}
 		if (ep->state != DAT_EP_STATE_DISCONNECTED) {
 			ep->state = DAT_EP_STATE_DISCONNECTED;
 			srq_ep_ended(p, ep);
@@ -802,6 +819,8 @@ int dfi_cm_handle(struct dfi_ia *ia)
 					       DAT_EP_TRANSFER_TO_ERROR);
 			continue;
 		}
+		if (p.has_pre)
+			dfi_evq_post(p.q, &p.pre);
 		if (dfi_evq_post(p.q, &p.ev) != 0 && p.cr) {
 			/* the CR EVD overflowed: refuse on the wire, as OFA does
 			 * (the SP is alive: it counts this CR) */
