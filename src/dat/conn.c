@@ -699,8 +699,9 @@ static void translate(struct dfi_ia *ia, struct dfi_cm_event *e, struct cm_post 
 	case DFI_CM_SHUTDOWN:
 		if (ep->state == DAT_EP_STATE_PASSIVE_CONNECTION_PENDING) {
 			/* An accepted EP's shutdown before its FI_CONNECTED
-			 * (seen under TSan: libfabric 1.17 tcp reports the
-			 * peer's close from the data path).  tcp reports a
+			 * (seen once, under TSan; most likely libfabric 1.17
+			 * tcp reporting the peer's close, found by the data
+			 * path, first).  tcp reports a
 			 * shutdown only for a connection that was up, and the
 			 * peer had its ESTABLISHED: so does this side, first.
 			 * The late FI_CONNECTED finds it disconnected. */
