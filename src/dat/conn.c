@@ -195,6 +195,22 @@ static void cr_retire(struct dfi_cr *cr, struct dfi_sp *gone)
 		dfi_obj_retire(gone);
 }
 
+/* Refuse a CR on the wire (unless that was done already) and retire it,
+ * with its SP if that was freed and this was its last CR. */
+static void cr_refuse(struct dfi_cr *cr, const void *pdata, size_t plen)
+{
+	struct dfi_ia *ia = cr->hdr.ia;
+	struct dfi_sp *gone;
+
+	pthread_mutex_lock(&ia->cm_lock);
+	if (cr->req)
+		dfi_pep_reject(cr->sp->pep, cr->req, pdata, plen);
+	cr->req = NULL;
+	gone = cr_done(cr);
+	pthread_mutex_unlock(&ia->cm_lock);
+	cr_retire(cr, gone);
+}
+
 DAT_RETURN dfi_psp_free(DAT_PSP_HANDLE h)
 {
 	struct dfi_sp *sp = dfi_obj_get(h, DFI_T_PSP);
@@ -303,16 +319,7 @@ DAT_RETURN dfi_cr_query(DAT_CR_HANDLE h, DAT_CR_PARAM_MASK mask, DAT_CR_PARAM *p
 
 void dfi_cr_destroy(struct dfi_cr *cr)
 {
-	struct dfi_ia *ia = cr->hdr.ia;
-	struct dfi_sp *gone;
-
-	pthread_mutex_lock(&ia->cm_lock);
-	if (cr->req)
-		dfi_pep_reject(cr->sp->pep, cr->req, NULL, 0);
-	cr->req = NULL;
-	gone = cr_done(cr);
-	pthread_mutex_unlock(&ia->cm_lock);
-	cr_retire(cr, gone);
+	cr_refuse(cr, NULL, 0);
 }
 
 /* Create the libfabric endpoint of `ep` (cm_lock held): CQs of its EVDs,
@@ -424,7 +431,6 @@ DAT_RETURN dfi_cr_accept(DAT_CR_HANDLE h, DAT_EP_HANDLE eph, DAT_COUNT plen,
 DAT_RETURN dfi_cr_reject(DAT_CR_HANDLE h, DAT_COUNT plen, const DAT_PVOID pdata)
 {
 	struct dfi_cr *cr = dfi_obj_get(h, DFI_T_CR);
-	struct dfi_sp *gone;
 
 	if (!cr)
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_CR),
@@ -432,12 +438,7 @@ DAT_RETURN dfi_cr_reject(DAT_CR_HANDLE h, DAT_COUNT plen, const DAT_PVOID pdata)
 	if (plen < 0 || plen > DFI_PDATA_MAX || (plen && !pdata))
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2),
 				  "private data size %d (max %d)", plen, DFI_PDATA_MAX);
-	pthread_mutex_lock(&cr->hdr.ia->cm_lock);
-	dfi_pep_reject(cr->sp->pep, cr->req, pdata, (size_t)plen);
-	cr->req = NULL;
-	gone = cr_done(cr);
-	pthread_mutex_unlock(&cr->hdr.ia->cm_lock);
-	cr_retire(cr, gone);
+	cr_refuse(cr, pdata, (size_t)plen);
 	return DAT_SUCCESS;
 }
 
@@ -705,7 +706,6 @@ static void translate(struct dfi_ia *ia, struct dfi_cm_event *e, struct cm_post 
 			 * shutdown only for a connection that was up, and the
 			 * peer had its ESTABLISHED: so does this side, first.
 			 * The late FI_CONNECTED finds it disconnected. */
-			ep->connect_deadline = 0;
 			ep->established = true;
 			conn_event(p, ep, DAT_CONNECTION_EVENT_ESTABLISHED, NULL, 0);
 			p->pre = p->ev;
@@ -822,18 +822,10 @@ int dfi_cm_handle(struct dfi_ia *ia)
 		}
 		if (p.has_pre)
 			dfi_evq_post(p.q, &p.pre);
-		if (dfi_evq_post(p.q, &p.ev) != 0 && p.cr) {
+		if (dfi_evq_post(p.q, &p.ev) != 0 && p.cr)
 			/* the CR EVD overflowed: refuse on the wire, as OFA does
 			 * (the SP is alive: it counts this CR) */
-			struct dfi_sp *gone;
-
-			pthread_mutex_lock(&ia->cm_lock);
-			dfi_pep_reject(p.cr->sp->pep, p.cr->req, NULL, 0);
-			p.cr->req = NULL;
-			gone = cr_done(p.cr);
-			pthread_mutex_unlock(&ia->cm_lock);
-			cr_retire(p.cr, gone);
-		}
+			cr_refuse(p.cr, NULL, 0);
 		dfi_evq_unref(p.q);
 		/* after the connection event: dtestsrq waits for that first,
 		 * then for EP_BROKEN naming the same EP (dat-clients.md 3.4) */

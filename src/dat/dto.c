@@ -97,8 +97,6 @@ static void dto_complete(struct dfi_dto_pool *p, const int *idx, int n, int repo
 	pthread_mutex_unlock(&p->lock);
 }
 
-/* A freed EP's pool with completions still in a CQ stays until IA close,
- * so a late completion never points into freed memory. */
 bool dfi_dto_pool_busy(struct dfi_dto_pool *p)
 {
 	int out;
@@ -111,16 +109,13 @@ bool dfi_dto_pool_busy(struct dfi_dto_pool *p)
 	return out > 0;
 }
 
+/* A freed EP's pool with completions still in a CQ stays until IA close,
+ * so a late completion never points into freed memory. */
 void dfi_dto_pool_release(struct dfi_ia *ia, struct dfi_dto_pool *p)
 {
-	int out;
-
 	if (!p)
 		return;
-	pthread_mutex_lock(&p->lock);
-	out = p->outstanding;
-	pthread_mutex_unlock(&p->lock);
-	if (!out) {
+	if (!dfi_dto_pool_busy(p)) {
 		pool_free(p);
 		return;
 	}

@@ -471,40 +471,39 @@ static int post_rc(ssize_t rc)
 /* One segment (or none) goes by fi_send/fi_recv/fi_write/fi_read: on
  * libfabric 1.17 tcp the vector calls cost about 150 instructions more per
  * post (callgrind, 64 B ping-pong), and one segment is the common case. */
-static int recv_on(struct fid_ep *ep, const struct dfi_sge *sg, int n, void *ctx)
+static int msg(struct fid_ep *ep, const struct dfi_sge *sg, int n, void *ctx, bool send)
 {
 	struct iovec iov[4];
 	void *desc[4];
 	int rc;
 
-	if (n <= 1)
-		return post_rc(fi_recv(ep, n ? sg[0].addr : NULL, n ? sg[0].len : 0,
-				       n ? sge_desc(&sg[0]) : NULL, 0, ctx));
+	if (n <= 1) {
+		void *buf = n ? sg[0].addr : NULL, *d = n ? sge_desc(&sg[0]) : NULL;
+		size_t len = n ? sg[0].len : 0;
+
+		return post_rc(send ? fi_send(ep, buf, len, d, 0, ctx) :
+				      fi_recv(ep, buf, len, d, 0, ctx));
+	}
 	rc = fill_iov(sg, n, iov, desc);
-	return rc ? rc : post_rc(fi_recvv(ep, iov, desc, (size_t)n, 0, ctx));
+	if (rc)
+		return rc;
+	return post_rc(send ? fi_sendv(ep, iov, desc, (size_t)n, 0, ctx) :
+			      fi_recvv(ep, iov, desc, (size_t)n, 0, ctx));
 }
 
 int dfi_post_send(struct dfi_fep *e, const struct dfi_sge *sg, int n, void *ctx)
 {
-	struct iovec iov[4];
-	void *desc[4];
-	int rc;
-
-	if (n <= 1)
-		return post_rc(fi_send(e->ep, n ? sg[0].addr : NULL, n ? sg[0].len : 0,
-				       n ? sge_desc(&sg[0]) : NULL, 0, ctx));
-	rc = fill_iov(sg, n, iov, desc);
-	return rc ? rc : post_rc(fi_sendv(e->ep, iov, desc, (size_t)n, 0, ctx));
+	return msg(e->ep, sg, n, ctx, true);
 }
 
 int dfi_post_recv(struct dfi_fep *e, const struct dfi_sge *sg, int n, void *ctx)
 {
-	return recv_on(e->ep, sg, n, ctx);
+	return msg(e->ep, sg, n, ctx, false);
 }
 
 int dfi_srx_post_recv(struct dfi_srx *x, const struct dfi_sge *sg, int n, void *ctx)
 {
-	return recv_on(x->srx, sg, n, ctx);
+	return msg(x->srx, sg, n, ctx, false);
 }
 
 static int rma(struct dfi_fep *e, const struct dfi_sge *sg, int n, uint64_t raddr,
