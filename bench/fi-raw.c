@@ -281,7 +281,6 @@ static int conn_event(struct raw_x *x, uint32_t *ev, struct fi_eq_cm_entry *ent,
 		      size_t *len)
 {
 	uint64_t deadline = perf_now() + (uint64_t)opts.timeout_s * 1000000000u;
-
 	unsigned spins = 0;
 
 	for (;;) {
