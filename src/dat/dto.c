@@ -175,17 +175,17 @@ static void dto_event(struct dfi_dto *d, const struct dfi_comp *c, DAT_EVENT *ev
 static int cq_read(void *ctx, DAT_EVENT *ev, int max)
 {
 	struct dfi_evd *evd = ctx;
-	struct dfi_comp c[64];
+	struct dfi_comp c[DFI_CQ_BATCH];
 	int out = dfi_srq_take_staged(evd, ev, max);
 
 	while (out < max && evd->cq) {
-		int want = max - out < 64 ? max - out : 64;
+		int want = max - out < DFI_CQ_BATCH ? max - out : DFI_CQ_BATCH;
 		int n = dfi_cq_read(evd->cq, c, want);
 
 		if (n <= 0)
 			return out ? out : n;
 		struct dfi_dto_pool *run = NULL;	/* the pool of idx[] */
-		int idx[64], nidx = 0, nrep = 0;
+		int idx[DFI_CQ_BATCH], nidx = 0, nrep = 0;
 
 		for (int i = 0; i < n; i++) {
 			struct dfi_dto *d = c[i].ctx;

@@ -391,11 +391,11 @@ void dfi_cq_close(struct dfi_cq *c)
 
 int dfi_cq_read(struct dfi_cq *c, struct dfi_comp *out, int n)
 {
-	struct fi_cq_msg_entry e[32];
+	struct fi_cq_msg_entry e[DFI_CQ_BATCH];
 	int got = 0;
 
 	while (got < n) {
-		int want = n - got < 32 ? n - got : 32;
+		int want = n - got < DFI_CQ_BATCH ? n - got : DFI_CQ_BATCH;
 		ssize_t r = fi_cq_read(c->cq, e, (size_t)want);
 
 		if (r == -FI_EAGAIN)

@@ -100,6 +100,11 @@ void dfi_pep_close(struct dfi_pep *pep);
 int dfi_pep_reject(struct dfi_pep *pep, void *req, const void *pdata, size_t plen);
 
 /* Completion queues, FI_WAIT_FD. */
+/* Completions taken per fi_cq_read.  Each call runs libfabric's progress
+ * (on tcp an epoll_wait), so reading a burst in fewer, larger calls is
+ * the cheapest way to empty a CQ.  The EVD core asks for as many per fill
+ * (FILL_BATCH, evd_core.c). */
+#define DFI_CQ_BATCH 64
 struct dfi_comp {
 	void *ctx;		/* the posting's context */
 	size_t len;		/* bytes received (receives only) */
