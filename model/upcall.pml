@@ -252,6 +252,25 @@ inline FILL(nn)
 	fi
 }
 
+/* evd_core.c fill_to(q, 1), as dequeue and dispatch call it: one batch,
+ * which may stop short of what the source holds (FILL_BATCH, or the ring's
+ * end); once it has brought one event it may stop at any point. */
+inline FILL_SOME(nn)
+{
+	nn = 0;
+	do
+	:: count < QLEN && src_n > 0 ->
+		ring[(head + count) % QLEN] = src_rd;
+		src_rd++; src_n--; count++; nn++
+	:: nn > 0 -> break
+	:: else -> break
+	od;
+	if
+	:: nn > 0 -> up_mark()
+	:: else -> skip
+	fi
+}
+
 /* src->trywait (tests/unit/fake_source.h fake_source_trywait; fi_trywait):
  * consume a pending fd notification, then: completions pending -> -EAGAIN,
  * else arm (one-shot) and return 0 - the arm and the look are one step. */
@@ -388,7 +407,7 @@ inline dfi_evq_dequeue(e, r)
 		ACQUIRE;
 		if
 		:: count == 0 ->
-			FILL(n);
+			FILL_SOME(n);
 			n = 0;
 			ta = (count == 0 && up_active)	/* empty: leave it armed */
 		:: else -> skip
@@ -546,7 +565,7 @@ inline dfi_evq_dispatch()
 		fi;
 #endif
 		if
-		:: count == 0 -> FILL(n); n = 0
+		:: count == 0 -> FILL_SOME(n); n = 0
 		:: else -> skip
 		fi
 	   };
@@ -564,7 +583,7 @@ inline dfi_evq_dispatch()
 		:: else ->
 			ring_pop(ev);
 			if
-			:: count == 0 -> FILL(n); n = 0	/* more_events is the truth */
+			:: count == 0 -> FILL_SOME(n); n = 0	/* more_events is the truth */
 			:: else -> skip
 			fi;
 			more = (count > 0);

@@ -24,7 +24,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#define FILL_BATCH 64
+#define FILL_BATCH 64	/* = DFI_CQ_BATCH: one fi_cq_read per fill */
 
 uint32_t dfi_evq_qlen_round(DAT_COUNT min_qlen)
 {
@@ -143,14 +143,19 @@ static void ring_pop(struct dfi_evq *q, DAT_EVENT *ev)
 	q->overflow_latched = false;	/* a slot is free again: new episode */
 }
 
-/* Pull completions from the source into free slots.  Returns how many. */
-static int fill(struct dfi_evq *q)
+/* Pull completions from the source into free slots, in batches, until the
+ * ring holds `need` events, is full, or the source is empty.  Returns how
+ * many.  A consumer that wants one event stops after the batch that brought
+ * it: reading on to an empty source would cost a libfabric progress pass
+ * (an epoll_wait, on tcp) for nothing; what stays in the CQ is read by the
+ * next fill, in order. */
+static int fill_to(struct dfi_evq *q, uint32_t need)
 {
 	int total = 0;
 
 	if (!q->src)
 		return 0;
-	while (q->count < q->qlen) {
+	while (q->count < need && q->count < q->qlen) {
 		uint32_t tail = (q->head + q->count) & q->mask;
 		uint32_t room = q->qlen - q->count;
 		uint32_t contig = q->qlen - tail;
@@ -178,6 +183,12 @@ static int fill(struct dfi_evq *q)
 			break;
 	}
 	return total;
+}
+
+/* Everything the source holds, as far as the ring has room. */
+static int fill(struct dfi_evq *q)
+{
+	return fill_to(q, q->qlen);
 }
 
 /* Arm the source (try-wait) so that the next completion fires its fd.
@@ -415,7 +426,7 @@ DAT_RETURN dfi_evq_dequeue(struct dfi_evq *q, DAT_EVENT *ev)
 	}
 	count_call(q);
 	if (q->count == 0 && q->src) {
-		fill(q);
+		fill_to(q, 1);
 		/* A CNO or upcall consumer that polls until empty and then
 		 * relies on notification must find the source armed (fixes D9
 		 * for dequeuers). */
@@ -506,7 +517,7 @@ DAT_RETURN dfi_evq_wait(struct dfi_evq *q, DAT_TIMEOUT timeout, DAT_COUNT thresh
 	for (;;) {
 		int fds[2], r;
 
-		fill(q);
+		fill_to(q, (uint32_t)threshold);
 		if (q->count >= (uint32_t)threshold) {
 			rc = DAT_SUCCESS;
 			break;
@@ -549,7 +560,7 @@ DAT_RETURN dfi_evq_wait(struct dfi_evq *q, DAT_TIMEOUT timeout, DAT_COUNT thresh
 			break;
 		}
 		if (r == -EINTR) {
-			fill(q);
+			fill_to(q, (uint32_t)threshold);
 			if (q->count >= (uint32_t)threshold) {
 				rc = DAT_SUCCESS;
 				break;
@@ -931,7 +942,7 @@ void dfi_evq_dispatch(struct dfi_evq *q, int budget)
 		if (q->up_running && q->up_policy != DAT_UPCALL_MANY)
 			break;	/* the running instance re-checks when it returns */
 		if (q->count == 0)
-			fill(q);
+			fill_to(q, 1);
 		if (q->count == 0) {
 			q->up_fire = false;	/* drained: the next arrival re-fires */
 			break;
@@ -943,7 +954,7 @@ void dfi_evq_dispatch(struct dfi_evq *q, int budget)
 		} else {
 			ring_pop(q, &ev);
 			if (q->count == 0)
-				fill(q);	/* so that more_events is the truth */
+				fill_to(q, 1);	/* so that more_events is the truth */
 			more = q->count > 0;
 			if (!more)
 				q->up_fire = false;
