@@ -1200,6 +1200,61 @@ static void test_s13_source_never_overflows_ring_D5(void **state)
 	fake_source_free(fs);
 }
 
+/* A consumer that wants one event reads one batch (64) of the source, not
+ * the whole source: every read of a libfabric CQ is a progress pass (an
+ * epoll_wait on tcp), so reading on to an empty CQ after a full batch cost
+ * the reap test one pass per burst.  What stays in the source comes next,
+ * in order; dat_evd_wait reads only the batches its threshold needs, and
+ * *nmore counts what the ring holds. */
+static void test_dequeue_and_wait_read_the_batches_they_need(void **state)
+{
+	struct dfi_evq *aq = evq_new_async(16);
+	struct dfi_evq *q = evq_new(256, DAT_EVD_DTO_FLAG, aq);
+	struct fake_source *fs = fake_source_new();
+	DAT_EVENT ev;
+	DAT_COUNT nmore = -1;
+
+	(void)state;
+	fake_source_attach(fs, q);
+	for (uint64_t i = 0; i < 100; i++) {
+		ev = ev_dto(i);
+		fake_source_inject(fs, &ev);
+	}
+	assert_int_equal(dfi_evq_dequeue(q, &ev), DAT_SUCCESS);
+	assert_int_equal(ev_seq(&ev), 0);
+	assert_int_equal(atomic_load(&fs->n_reads), 1);
+	assert_int_equal(dfi_evq_count(q), 63);
+	assert_int_equal(fake_source_pending(fs), 36);
+	for (uint64_t i = 1; i < 64; i++)
+		evq_expect(q, i);
+	assert_int_equal(atomic_load(&fs->n_reads), 1);		/* the ring served them */
+	evq_expect(q, 64);					/* empty ring: the rest */
+	assert_int_equal(atomic_load(&fs->n_reads), 2);
+	assert_int_equal(fake_source_pending(fs), 0);
+	for (uint64_t i = 65; i < 100; i++)
+		evq_expect(q, i);
+	evq_expect_empty(q);
+
+	for (uint64_t i = 100; i < 200; i++) {
+		ev = ev_dto(i);
+		fake_source_inject(fs, &ev);
+	}
+	assert_int_equal(dfi_evq_wait(q, 0, 1, &ev, &nmore), DAT_SUCCESS);
+	assert_int_equal(ev_seq(&ev), 100);
+	assert_int_equal(nmore, 63);
+	assert_int_equal(fake_source_pending(fs), 36);
+	assert_int_equal(dfi_evq_wait(q, 0, 70, &ev, &nmore), DAT_SUCCESS);
+	assert_int_equal(ev_seq(&ev), 101);
+	assert_int_equal(nmore, 98);				/* 63 + 36 - 1 */
+	assert_int_equal(fake_source_pending(fs), 0);
+	for (uint64_t i = 102; i < 200; i++)
+		evq_expect(q, i);
+	evq_expect_empty(q);
+	evq_free(q);
+	evq_free(aq);
+	fake_source_free(fs);
+}
+
 static void test_s14_post_se_full_is_not_overflow(void **state)
 {
 	struct dfi_evq *aq = evq_new_async(16);
@@ -2230,6 +2285,7 @@ int main(void)
 		evtest(test_s13_overflow_once_per_episode),
 		evtest(test_s13_overflow_during_wait_not_stuck_D5),
 		evtest(test_s13_source_never_overflows_ring_D5),
+		evtest(test_dequeue_and_wait_read_the_batches_they_need),
 		evtest(test_s14_post_se_full_is_not_overflow),
 		evtest(test_s16_async_overflow_is_catastrophic),
 		evtest(test_s16_async_overflow_from_reports),
