@@ -253,8 +253,9 @@ inline FILL(nn)
 }
 
 /* evd_core.c fill_to(q, 1), as dequeue and dispatch call it: one batch,
- * which may stop short of what the source holds (FILL_BATCH, or the ring's
- * end); once it has brought one event it may stop at any point. */
+ * which may stop short of what the source holds (DFI_EVQ_FILL_BATCH, or
+ * the ring's end); once it has brought one event it may stop at any
+ * point. */
 inline FILL_SOME(nn)
 {
 	nn = 0;

@@ -172,6 +172,9 @@ static void dto_event(struct dfi_dto *d, const struct dfi_comp *c, DAT_EVENT *ev
 	}
 }
 
+/* A fill of the EVD must cost one fi_cq_read: each is a progress pass. */
+_Static_assert(DFI_CQ_BATCH >= DFI_EVQ_FILL_BATCH, "a fill must take one CQ read");
+
 static int cq_read(void *ctx, DAT_EVENT *ev, int max)
 {
 	struct dfi_evd *evd = ctx;

@@ -24,7 +24,6 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#define FILL_BATCH 64	/* = DFI_CQ_BATCH: one fi_cq_read per fill */
 
 uint32_t dfi_evq_qlen_round(DAT_COUNT min_qlen)
 {
@@ -162,8 +161,8 @@ static int fill_to(struct dfi_evq *q, uint32_t need)
 		int want = (int)(room < contig ? room : contig);
 		int n;
 
-		if (want > FILL_BATCH)
-			want = FILL_BATCH;
+		if (want > DFI_EVQ_FILL_BATCH)
+			want = DFI_EVQ_FILL_BATCH;
 		n = q->src->read(q->src_ctx, &q->ring[tail], want);
 		if (n <= 0) {
 			if (n < 0)

@@ -26,6 +26,10 @@
 #include <dat2/dat_ofi_extensions.h>
 
 #define DFI_EVD_MAX_QLEN	65536	/* reported as max_evd_qlen */
+/* Events a fill asks its source for at once.  A CQ source must read as many
+ * in one libfabric call (dto.c checks DFI_CQ_BATCH against it): each call is
+ * a progress pass. */
+#define DFI_EVQ_FILL_BATCH	64
 
 struct dfi_cno;
 struct dfi_disp;

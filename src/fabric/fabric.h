@@ -103,7 +103,7 @@ int dfi_pep_reject(struct dfi_pep *pep, void *req, const void *pdata, size_t ple
 /* Completions taken per fi_cq_read.  Each call runs libfabric's progress
  * (on tcp an epoll_wait), so reading a burst in fewer, larger calls is
  * the cheapest way to empty a CQ.  The EVD core asks for as many per fill
- * (FILL_BATCH, evd_core.c). */
+ * (DFI_EVQ_FILL_BATCH; checked in dto.c). */
 #define DFI_CQ_BATCH 64
 struct dfi_comp {
 	void *ctx;		/* the posting's context */
