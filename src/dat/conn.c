@@ -702,10 +702,10 @@ static void translate(struct dfi_ia *ia, struct dfi_cm_event *e, struct cm_post 
 			/* An accepted EP's shutdown before its FI_CONNECTED
 			 * (seen once, under TSan; most likely libfabric 1.17
 			 * tcp reporting the peer's close, found by the data
-			 * path, first).  tcp reports a
-			 * shutdown only for a connection that was up, and the
-			 * peer had its ESTABLISHED: so does this side, first.
-			 * The late FI_CONNECTED finds it disconnected. */
+			 * path, first).  tcp reports a shutdown only for a
+			 * connection that was up, and the peer had its
+			 * ESTABLISHED: so does this side, first.  The late
+			 * FI_CONNECTED finds it disconnected. */
 			ep->established = true;
 			conn_event(p, ep, DAT_CONNECTION_EVENT_ESTABLISHED, NULL, 0);
 			p->pre = p->ev;

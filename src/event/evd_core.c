@@ -24,7 +24,6 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-
 uint32_t dfi_evq_qlen_round(DAT_COUNT min_qlen)
 {
 	uint32_t n = 1;
