@@ -5,7 +5,8 @@
  *
  * The connection qualifier's low 16 bits are the TCP port.  ia->cm_lock serializes CM
  * event handling with EP and service point teardown, so an event never
- * reaches an endpoint that is being closed.
+ * reaches an endpoint that is being closed.  Posts do not take it: what
+ * they read of an EP changes under its post_lock too (struct dfi_ep).
  */
 #include "dfi.h"
 #include "fabric/fabric.h"
@@ -164,7 +165,7 @@ void dfi_sp_destroy(struct dfi_sp *sp)
 		if (sp->ep->rsp == sp)
 			sp->ep->rsp = NULL;
 		if (sp->ep->state == DAT_EP_STATE_RESERVED)
-			sp->ep->state = DAT_EP_STATE_UNCONNECTED;
+			dfi_ep_set_state(sp->ep, DAT_EP_STATE_UNCONNECTED);
 		sp->ep = NULL;
 	}
 	pthread_mutex_unlock(&ia->cm_lock);
@@ -249,12 +250,12 @@ DAT_RETURN dfi_rsp_create(DAT_IA_HANDLE h, DAT_CONN_QUAL qual, DAT_EP_HANDLE eph
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_STATE, DAT_INVALID_STATE_EP_NOTREADY),
 				  "EP %p is not unconnected", (void *)ep);
 	}
-	ep->state = DAT_EP_STATE_RESERVED;
+	dfi_ep_set_state(ep, DAT_EP_STATE_RESERVED);
 	pthread_mutex_unlock(&ia->cm_lock);
 	rc = sp_create(ia, DFI_T_RSP, &qual, evd, DAT_PSP_CONSUMER_FLAG, ep, &sp);
 	if (rc != DAT_SUCCESS) {
 		pthread_mutex_lock(&ia->cm_lock);
-		ep->state = DAT_EP_STATE_UNCONNECTED;
+		dfi_ep_set_state(ep, DAT_EP_STATE_UNCONNECTED);
 		pthread_mutex_unlock(&ia->cm_lock);
 		return rc;
 	}
@@ -322,17 +323,18 @@ void dfi_cr_destroy(struct dfi_cr *cr)
 	cr_refuse(cr, NULL, 0);
 }
 
-/* Create the libfabric endpoint of `ep` (cm_lock held): CQs of its EVDs,
- * then the receives posted while it was unconnected.  An SRQ EP binds the
- * SRQ's shared context and receives on its private CQ (srq.c); its recv
- * EVD's CQ is still created, as the source its staged completions go
- * through. */
-static int ep_open_fep(struct dfi_ep *ep, void *req, const struct sockaddr_in *dest)
+/* Create the libfabric endpoint of `ep` (cm_lock held), not yet the EP's:
+ * the CQs of its EVDs first.  An SRQ EP binds the SRQ's shared context and
+ * receives on its private CQ (srq.c); its recv EVD's CQ is still created,
+ * as the source its staged completions go through. */
+static int ep_open_fep(struct dfi_ep *ep, void *req, const struct sockaddr_in *dest,
+		       struct dfi_fep **fep)
 {
 	struct dfi_ia *ia = ep->hdr.ia;
 	struct dfi_cq *tx = NULL, *rx = NULL, *spare = NULL;
 	int rc;
 
+	*fep = NULL;
 	if (ep->req_evd && (rc = dfi_evd_cq(ep->req_evd, &tx)))
 		return rc;
 	if (ep->recv_evd && (rc = dfi_evd_cq(ep->recv_evd, &rx)))
@@ -350,19 +352,26 @@ static int ep_open_fep(struct dfi_ep *ep, void *req, const struct sockaddr_in *d
 	} else {
 		dfi_progress_pair(ep->req_evd, ep->recv_evd);
 	}
-	rc = dfi_fep_open(ia->fab, ia->eq, req, dest, tx ? tx : spare, rx ? rx : spare,
-			  ep->srq ? ep->srq->srx : NULL,
-			  (size_t)ep->attr.max_request_dtos, (size_t)ep->attr.max_recv_dtos,
-			  ep, &ep->fep);
-	if (rc)
-		return rc;
+	return dfi_fep_open(ia->fab, ia->eq, req, dest, tx ? tx : spare, rx ? rx : spare,
+			    ep->srq ? ep->srq->srx : NULL,
+			    (size_t)ep->attr.max_request_dtos, (size_t)ep->attr.max_recv_dtos,
+			    ep, fep);
+}
+
+/* Then, under cm_lock and post_lock, the receives posted while it was
+ * unconnected go to it, before the connect or accept that makes it the
+ * EP's: a post cannot add one in between. */
+static int ep_post_early(struct dfi_ep *ep, struct dfi_fep *fep)
+{
+	int rc;
+
 	for (int k = 0; k < ep->npending; k++) {
 		struct dfi_dto *d = &ep->recvq->d[ep->pending[k]];
 		struct dfi_sge sg[4];
 
 		for (int j = 0; j < d->nsg; j++)
 			sg[j] = (struct dfi_sge){ d->sg[j].addr, d->sg[j].len, NULL };
-		rc = dfi_post_recv(ep->fep, sg, d->nsg, d);
+		rc = dfi_post_recv(fep, sg, d->nsg, d);
 		if (rc) {
 			dfi_err(DFI_SS_EP, "EP %p: posting an early receive: %s", (void *)ep,
 				strerror(-rc));
@@ -378,6 +387,7 @@ DAT_RETURN dfi_cr_accept(DAT_CR_HANDLE h, DAT_EP_HANDLE eph, DAT_COUNT plen,
 {
 	struct dfi_cr *cr = dfi_obj_get(h, DFI_T_CR);
 	struct dfi_sp *gone = NULL;
+	struct dfi_fep *fep;
 	struct dfi_ep *ep;
 	struct dfi_ia *ia;
 	int rc;
@@ -407,19 +417,22 @@ DAT_RETURN dfi_cr_accept(DAT_CR_HANDLE h, DAT_EP_HANDLE eph, DAT_COUNT plen,
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_STATE, DAT_INVALID_STATE_EP_NOTREADY),
 				  "EP %p cannot accept in state %d", (void *)ep, (int)ep->state);
 	}
-	rc = ep_open_fep(ep, cr->req, NULL);
+	rc = ep_open_fep(ep, cr->req, NULL, &fep);
 	if (rc == 0) {
 		cr->req = NULL;		/* the endpoint owns it now */
 		ep->remote = cr->remote;
-		ep->state = DAT_EP_STATE_PASSIVE_CONNECTION_PENDING;
-		rc = dfi_fep_accept(ep->fep, pdata, (size_t)plen);
-		if (rc) {
-			dfi_fep_close(ep->fep);
-			ep->fep = NULL;
-			ep->state = DAT_EP_STATE_UNCONNECTED;
-		} else {
+		pthread_mutex_lock(&ep->post_lock);
+		rc = ep_post_early(ep, fep);
+		if (!rc)
+			rc = dfi_fep_accept(fep, pdata, (size_t)plen);
+		if (!rc)
+			ep->fep = fep;
+		ep->state = rc ? DAT_EP_STATE_UNCONNECTED : DAT_EP_STATE_PASSIVE_CONNECTION_PENDING;
+		pthread_mutex_unlock(&ep->post_lock);
+		if (rc)
+			dfi_fep_close(fep);
+		else
 			gone = cr_done(cr);
-		}
 	}
 	pthread_mutex_unlock(&ia->cm_lock);
 	if (rc)
@@ -450,6 +463,7 @@ DAT_RETURN dfi_ep_connect(DAT_EP_HANDLE h, DAT_IA_ADDRESS_PTR addr, DAT_CONN_QUA
 {
 	struct dfi_ep *ep = dfi_obj_get(h, DFI_T_EP);
 	struct sockaddr_in dest;
+	struct dfi_fep *fep;
 	struct dfi_ia *ia;
 	bool timed, kick;
 	int rc;
@@ -481,16 +495,20 @@ DAT_RETURN dfi_ep_connect(DAT_EP_HANDLE h, DAT_IA_ADDRESS_PTR addr, DAT_CONN_QUA
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_STATE, DAT_INVALID_STATE_EP_NOTREADY),
 				  "EP %p cannot connect in state %d", (void *)ep, (int)ep->state);
 	}
-	rc = ep_open_fep(ep, NULL, &dest);
+	rc = ep_open_fep(ep, NULL, &dest, &fep);
 	if (!rc) {
 		ep->remote = dest;
-		ep->state = DAT_EP_STATE_ACTIVE_CONNECTION_PENDING;
-		rc = dfi_fep_connect(ep->fep, pdata, (size_t)plen);
-		if (rc) {
-			dfi_fep_close(ep->fep);
-			ep->fep = NULL;
-			ep->state = DAT_EP_STATE_UNCONNECTED;
+		pthread_mutex_lock(&ep->post_lock);
+		rc = ep_post_early(ep, fep);
+		if (!rc)
+			rc = dfi_fep_connect(fep, pdata, (size_t)plen);
+		if (!rc) {
+			ep->fep = fep;
+			ep->state = DAT_EP_STATE_ACTIVE_CONNECTION_PENDING;
 		}
+		pthread_mutex_unlock(&ep->post_lock);
+		if (rc)
+			dfi_fep_close(fep);
 	}
 	/* libfabric has no connect timeout of its own (a peer that accepts
 	 * the TCP connection and never answers leaves it pending forever):
@@ -530,10 +548,10 @@ DAT_RETURN dfi_ep_disconnect(DAT_EP_HANDLE h, DAT_CLOSE_FLAGS flags)
 	case DAT_EP_STATE_CONNECTED:
 	case DAT_EP_STATE_ACTIVE_CONNECTION_PENDING:
 	case DAT_EP_STATE_PASSIVE_CONNECTION_PENDING:
-		ep->state = DAT_EP_STATE_DISCONNECT_PENDING;
+		dfi_ep_set_state(ep, DAT_EP_STATE_DISCONNECT_PENDING);
 		if (dfi_fep_shutdown(ep->fep)) {
 			/* no local FI_SHUTDOWN will come: report it ourselves */
-			ep->state = DAT_EP_STATE_DISCONNECTED;
+			dfi_ep_set_state(ep, DAT_EP_STATE_DISCONNECTED);
 			self_report = true;
 		}
 		break;
@@ -571,8 +589,10 @@ void dfi_ep_close_fep(struct dfi_ep *ep)
 	struct dfi_fep *fep;
 
 	pthread_mutex_lock(&ia->cm_lock);
+	pthread_mutex_lock(&ep->post_lock);	/* no post is using it any more */
 	fep = ep->fep;
 	ep->fep = NULL;
+	pthread_mutex_unlock(&ep->post_lock);
 	if (fep) {
 		if (ep->state == DAT_EP_STATE_CONNECTED)
 			dfi_fep_shutdown(fep);
@@ -693,7 +713,7 @@ static void translate(struct dfi_ia *ia, struct dfi_cm_event *e, struct cm_post 
 		if (ep->state == DAT_EP_STATE_DISCONNECTED)
 			break;	/* too late: the connect timed out, and was shut down */
 		ep->connect_deadline = 0;
-		ep->state = DAT_EP_STATE_CONNECTED;
+		dfi_ep_set_state(ep, DAT_EP_STATE_CONNECTED);
 		ep->established = true;
 		conn_event(p, ep, DAT_CONNECTION_EVENT_ESTABLISHED, e->pdata, e->plen);
 		break;
@@ -712,7 +732,7 @@ static void translate(struct dfi_ia *ia, struct dfi_cm_event *e, struct cm_post 
 			p->has_pre = p->q != NULL;
 		}
 		if (ep->state != DAT_EP_STATE_DISCONNECTED) {
-			ep->state = DAT_EP_STATE_DISCONNECTED;
+			dfi_ep_set_state(ep, DAT_EP_STATE_DISCONNECTED);
 			srq_ep_ended(p, ep);
 			conn_event(p, ep, DAT_CONNECTION_EVENT_DISCONNECTED, NULL, 0);
 		}
@@ -724,7 +744,7 @@ static void translate(struct dfi_ia *ia, struct dfi_cm_event *e, struct cm_post 
 		if (ep->state == DAT_EP_STATE_DISCONNECTED)
 			break;
 		dfi_dbg(DFI_SS_CM, "EP %p: connection error %s", (void *)ep, strerror(e->err));
-		ep->state = DAT_EP_STATE_DISCONNECTED;
+		dfi_ep_set_state(ep, DAT_EP_STATE_DISCONNECTED);
 		srq_ep_ended(p, ep);
 		conn_event(p, ep, pending ? DAT_CONNECTION_EVENT_DISCONNECTED :
 			   error_event(e->err, was), e->pdata, e->plen);
@@ -769,7 +789,7 @@ bool dfi_connect_timeouts(struct dfi_ia *ia)
 				 ntohs(ep->remote.sin_port));
 		}
 		ep->connect_deadline = 0;
-		ep->state = DAT_EP_STATE_DISCONNECTED;	/* later CM events are ignored */
+		dfi_ep_set_state(ep, DAT_EP_STATE_DISCONNECTED);	/* later CM events are ignored */
 		dfi_fep_shutdown(ep->fep);		/* give up the attempt */
 		memset(&posts[n], 0, sizeof(posts[n]));
 		conn_event(&posts[n], ep, DAT_CONNECTION_EVENT_TIMED_OUT, NULL, 0);

@@ -208,9 +208,15 @@ struct dfi_ep {
 	struct dfi_obj hdr;
 	struct dfi_pz *pz;
 	struct dfi_evd *recv_evd, *req_evd, *conn_evd;
+	/* What a post reads (attr, state, fep, the DTO EVDs, sendq, recvq,
+	 * pending) changes only under both the IA's cm_lock and post_lock,
+	 * and is read under either: a post takes post_lock alone, so posts on
+	 * different EPs, and the CM, never wait for one another.  Lock order:
+	 * cm_lock -> IA lock -> post_lock -> EVD lock -> DTO pool lock. */
+	pthread_mutex_t post_lock;
 	DAT_EP_ATTR attr;
-	DAT_EP_STATE state;		/* IA cm_lock */
-	struct dfi_fep *fep;		/* IA cm_lock */
+	DAT_EP_STATE state;
+	struct dfi_fep *fep;
 	uint64_t connect_deadline;	/* dat_ep_connect's timeout, ns; 0: none (cm_lock) */
 	struct dfi_dto_pool *sendq, *recvq;
 	int pending[64], npending;	/* recv descriptors posted before fep */
@@ -309,6 +315,14 @@ static inline struct dfi_pz *dfi_pz_of(struct dfi_ia *ia, DAT_PZ_HANDLE h)
 	struct dfi_pz *pz = dfi_obj_get(h, DFI_T_PZ);
 
 	return pz && pz->hdr.ia == ia ? pz : NULL;
+}
+
+/* cm_lock held: see struct dfi_ep. */
+static inline void dfi_ep_set_state(struct dfi_ep *ep, DAT_EP_STATE st)
+{
+	pthread_mutex_lock(&ep->post_lock);
+	ep->state = st;
+	pthread_mutex_unlock(&ep->post_lock);
 }
 
 /* Allocate a zeroed object of `size` bytes, tagged, linked into ia's list. */

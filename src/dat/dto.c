@@ -305,9 +305,11 @@ void dfi_ep_flush_pending(struct dfi_ep *ep)
 	int idx[64], n;
 
 	pthread_mutex_lock(&ep->hdr.ia->cm_lock);
+	pthread_mutex_lock(&ep->post_lock);
 	n = ep->npending;
 	memcpy(idx, ep->pending, (size_t)n * sizeof(int));
 	ep->npending = 0;
+	pthread_mutex_unlock(&ep->post_lock);
 	pthread_mutex_unlock(&ep->hdr.ia->cm_lock);
 	for (int k = 0; k < n; k++) {
 		struct dfi_dto *d = &ep->recvq->d[idx[k]];
@@ -323,22 +325,28 @@ void dfi_ep_flush_pending(struct dfi_ep *ep)
 
 enum post_kind { POST_SEND, POST_RECV, POST_WRITE, POST_READ };
 
-static DAT_RETURN post(DAT_EP_HANDLE h, DAT_COUNT nseg, DAT_LMR_TRIPLET *iov,
-		       DAT_DTO_COOKIE cookie, const DAT_RMR_TRIPLET *remote,
-		       DAT_COMPLETION_FLAGS flags, enum post_kind kind)
+/* What a post left to do once the EP's post lock is dropped: no lock is
+ * held across an EVD post (a CNO's proxy agent is user code). */
+struct post_after {
+	struct dfi_evd *evd;	/* of the completion, if any */
+	bool posted;		/* to libfabric: the EVD is touched */
+	bool flushed;		/* ev is a flushed completion for evd */
+	DAT_EVENT ev;
+};
+
+/* post_lock held. */
+static DAT_RETURN post_locked(struct dfi_ep *ep, DAT_COUNT nseg, DAT_LMR_TRIPLET *iov,
+			      DAT_DTO_COOKIE cookie, const DAT_RMR_TRIPLET *remote,
+			      DAT_COMPLETION_FLAGS flags, enum post_kind kind,
+			      struct post_after *after)
 {
-	struct dfi_ep *ep = dfi_obj_get(h, DFI_T_EP);
 	struct dfi_dto_pool *pool;
-	struct dfi_evd *evd;
 	struct dfi_sge sg[4];
 	DAT_COUNT maxseg;
 	struct dfi_dto *d;
 	DAT_VLEN total = 0;
 	int i, n = 0, rc;
 
-	if (!ep)
-		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EP),
-				  "%p is not an EP handle", (void *)h);
 	if (kind == POST_RECV && ep->srq)
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG1),
 				  "EP %p takes its receives from SRQ %p: post them with "
@@ -380,24 +388,19 @@ static DAT_RETURN post(DAT_EP_HANDLE h, DAT_COUNT nseg, DAT_LMR_TRIPLET *iov,
 		      ((flags & DAT_COMPLETION_UNSIGNALLED_FLAG) && kind != POST_RECV &&
 		       (ep->attr.request_completion_flags & DAT_COMPLETION_UNSIGNALLED_FLAG));
 
-	evd = kind == POST_RECV ? ep->recv_evd : ep->req_evd;	/* its completion's */
-	pthread_mutex_lock(&ep->hdr.ia->cm_lock);
+	after->evd = kind == POST_RECV ? ep->recv_evd : ep->req_evd;	/* its completion's */
 	if (ep->state == DAT_EP_STATE_DISCONNECTED ||
 	    ep->state == DAT_EP_STATE_DISCONNECT_PENDING) {
 		/* A DTO posted to a disconnected EP completes flushed (the
 		 * dat_ep_reset "marker" technique relies on it). */
 		struct dfi_comp c = { .ctx = d, .err = ECANCELED };
-		DAT_EVENT ev;
 
-		pthread_mutex_unlock(&ep->hdr.ia->cm_lock);
-		dto_event(d, &c, &ev);
+		dto_event(d, &c, &after->ev);
 		dfi_dto_put(pool, i);
-		if (evd)
-			dfi_evq_post(&evd->q, &ev);
+		after->flushed = after->evd != NULL;
 		return DAT_SUCCESS;
 	}
 	if (ep->fep && kind != POST_RECV && ep->state != DAT_EP_STATE_CONNECTED) {
-		pthread_mutex_unlock(&ep->hdr.ia->cm_lock);
 		dfi_dto_put(pool, i);
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_STATE, DAT_INVALID_STATE_EP_NOTREADY),
 				  "EP %p: connection not established yet", (void *)ep);
@@ -413,10 +416,8 @@ static DAT_RETURN post(DAT_EP_HANDLE h, DAT_COUNT nseg, DAT_LMR_TRIPLET *iov,
 				d->sg[k].len = sg[k].len;
 			}
 			ep->pending[ep->npending++] = i;
-			pthread_mutex_unlock(&ep->hdr.ia->cm_lock);
 			return DAT_SUCCESS;
 		}
-		pthread_mutex_unlock(&ep->hdr.ia->cm_lock);
 		dfi_dto_put(pool, i);
 		if (kind == POST_RECV)
 			return DFI_REJECT(DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_TEP),
@@ -437,9 +438,6 @@ static DAT_RETURN post(DAT_EP_HANDLE h, DAT_COUNT nseg, DAT_LMR_TRIPLET *iov,
 				   remote->rmr_context, d);
 		break;
 	}
-	pthread_mutex_unlock(&ep->hdr.ia->cm_lock);
-	if (!rc && evd)
-		dfi_evq_touch(&evd->q);	/* a busy poster: the progress thread stays off */
 	if (rc) {
 		dfi_dto_put(pool, i);
 		if (rc == -EAGAIN)
@@ -448,7 +446,32 @@ static DAT_RETURN post(DAT_EP_HANDLE h, DAT_COUNT nseg, DAT_LMR_TRIPLET *iov,
 		dfi_warn(DFI_SS_EP, "EP %p: post failed: %s", (void *)ep, strerror(-rc));
 		return DFI_ERR(DAT_INTERNAL_ERROR, 0);
 	}
+	after->posted = true;
 	return DAT_SUCCESS;
+}
+
+/* The EP's post_lock, not the IA's cm_lock: posts on different EPs run in
+ * parallel, also with the CM (struct dfi_ep). */
+static DAT_RETURN post(DAT_EP_HANDLE h, DAT_COUNT nseg, DAT_LMR_TRIPLET *iov,
+		       DAT_DTO_COOKIE cookie, const DAT_RMR_TRIPLET *remote,
+		       DAT_COMPLETION_FLAGS flags, enum post_kind kind)
+{
+	struct dfi_ep *ep = dfi_obj_get(h, DFI_T_EP);
+	struct post_after after;
+	DAT_RETURN rc;
+
+	if (!ep)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EP),
+				  "%p is not an EP handle", (void *)h);
+	after.posted = after.flushed = false;
+	pthread_mutex_lock(&ep->post_lock);
+	rc = post_locked(ep, nseg, iov, cookie, remote, flags, kind, &after);
+	pthread_mutex_unlock(&ep->post_lock);
+	if (after.flushed)
+		dfi_evq_post(&after.evd->q, &after.ev);
+	else if (after.posted && after.evd)
+		dfi_evq_touch(&after.evd->q);	/* a busy poster: the progress thread stays off */
+	return rc;
 }
 
 DAT_RETURN dfi_ep_post_send(DAT_EP_HANDLE ep, DAT_COUNT n, DAT_LMR_TRIPLET *iov,

@@ -184,11 +184,13 @@ static DAT_RETURN ep_create(DAT_IA_HANDLE h, DAT_PZ_HANDLE pzh, DAT_EVD_HANDLE r
 	ep = dfi_obj_new(ia, DFI_T_EP, sizeof(*ep));
 	if (!ep)
 		return DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_MEMORY);
+	pthread_mutex_init(&ep->post_lock, NULL);
 	ep->sendq = dfi_dto_pool_new(a.max_request_dtos);
 	ep->recvq = dfi_dto_pool_new(srq ? 0 : a.max_recv_dtos);
 	if (!ep->sendq || !ep->recvq) {
 		dfi_dto_pool_release(ia, ep->sendq);
 		dfi_dto_pool_release(ia, ep->recvq);
+		pthread_mutex_destroy(&ep->post_lock);
 		dfi_obj_retire(ep);
 		return DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_MEMORY);
 	}
@@ -203,7 +205,8 @@ static DAT_RETURN ep_create(DAT_IA_HANDLE h, DAT_PZ_HANDLE pzh, DAT_EVD_HANDLE r
 		if (rc != DAT_SUCCESS) {
 			dfi_dto_pool_release(ia, ep->sendq);
 			dfi_dto_pool_release(ia, ep->recvq);
-			dfi_obj_retire(ep);
+			pthread_mutex_destroy(&ep->post_lock);
+		dfi_obj_retire(ep);
 			return rc;
 		}
 	}
@@ -314,7 +317,7 @@ DAT_RETURN dfi_ep_reset(DAT_EP_HANDLE h)
 	dfi_ep_close_fep(ep);
 	dfi_ep_flush_pending(ep);
 	pthread_mutex_lock(&ep->hdr.ia->cm_lock);
-	ep->state = DAT_EP_STATE_UNCONNECTED;
+	dfi_ep_set_state(ep, DAT_EP_STATE_UNCONNECTED);
 	pthread_mutex_unlock(&ep->hdr.ia->cm_lock);
 	return DAT_SUCCESS;
 }
@@ -352,6 +355,7 @@ void dfi_ep_destroy(struct dfi_ep *ep)
 	pthread_mutex_lock(&ia->lock);
 	ep->pz->refs--;
 	pthread_mutex_unlock(&ia->lock);
+	pthread_mutex_destroy(&ep->post_lock);
 	dfi_obj_retire(ep);
 	if (srq)
 		dfi_srq_release(srq);
@@ -480,6 +484,7 @@ DAT_RETURN dfi_ep_modify(DAT_EP_HANDLE h, DAT_EP_PARAM_MASK mask, const DAT_EP_P
 	}
 
 	pthread_mutex_lock(&ia->cm_lock);
+	pthread_mutex_lock(&ep->post_lock);
 	busy = ep->state != DAT_EP_STATE_UNCONNECTED || ep->fep || ep->npending ||
 	       !pool_idle(ep->sendq) || !pool_idle(ep->recvq);
 	if (!busy) {
@@ -501,6 +506,9 @@ DAT_RETURN dfi_ep_modify(DAT_EP_HANDLE h, DAT_EP_PARAM_MASK mask, const DAT_EP_P
 			ep->recvq = recvq;
 			recvq = old;
 		}
+	}
+	pthread_mutex_unlock(&ep->post_lock);
+	if (!busy) {
 		if (pz != ep->pz) {
 			pthread_mutex_lock(&ia->lock);	/* after cm_lock, as elsewhere */
 			ep->pz->refs--;

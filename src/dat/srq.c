@@ -551,7 +551,7 @@ static void hard_break(struct dfi_ep *ep, struct todo *t)
 			ep->state == DAT_EP_STATE_DISCONNECT_PENDING)) {
 		dfi_warn(DFI_SS_EP, "EP %p holds %d SRQ buffers, above its hard high watermark: "
 			 "connection broken", (void *)ep, t->held);
-		ep->state = DAT_EP_STATE_DISCONNECTED;
+		dfi_ep_set_state(ep, DAT_EP_STATE_DISCONNECTED);
 		dfi_fep_shutdown(ep->fep);	/* its FI_SHUTDOWN then finds it DISCONNECTED */
 		t->broken = ep->established;
 		ep->established = false;
