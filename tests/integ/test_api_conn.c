@@ -32,6 +32,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -3004,6 +3005,204 @@ static void test_cm_consumers_drive_eq(void **state)
 	alarm(0);
 }
 
+/* ====================================== posts racing connection changes */
+
+/* Posts take their EP's own lock, not the IA's connection lock (dto.c):
+ * two threads stream RDMA writes on two EPs of one IA while the main
+ * thread connects and disconnects other EPs of that IA, then disconnects
+ * the first writer's EP under it.  Every post returns DAT_SUCCESS, every
+ * write completes exactly once (successful, or flushed once its EP is
+ * disconnected), and the other writer's stream loses nothing.  Run under
+ * TSan too (test_cm_*): the state an EP's post reads races the CM's. */
+#define WR_MAX		400000u		/* writes of one writer, at most */
+#define WR_WINDOW	16
+#define WR_AFTER	64		/* writes posted after the stop flag */
+
+struct writer {
+	const struct pair *p;
+	DAT_EP_HANDLE ep;
+	DAT_EVD_HANDLE req;
+	size_t off;			/* its 64 bytes, both sides */
+	atomic_bool stop;
+	atomic_uint posted;
+	uint32_t ok, flushed, inflight;
+	uint8_t *seen;			/* completions per cookie */
+	char err[240];
+};
+
+static bool writer_reap(struct writer *w)
+{
+	DAT_EVENT ev;
+	const DAT_DTO_COMPLETION_EVENT_DATA *d = &ev.event_data.dto_completion_event_data;
+	DAT_RETURN rc = wait_ev(w->req, 5000, &ev);
+	uint32_t posted = atomic_load(&w->posted);
+	char b[160];
+
+	if (rc != DAT_SUCCESS) {
+		snprintf(w->err, sizeof(w->err), "%u of %u writes in flight, none completed "
+			 "within 5 s (dat_evd_wait: %s)", w->inflight, posted,
+			 rc_name(rc, b, sizeof(b)));
+		return false;
+	}
+	if (ev.event_number != DAT_DTO_COMPLETION_EVENT || d->ep_handle != w->ep ||
+	    d->operation != DAT_DTO_RDMA_WRITE || d->user_cookie.as_64 >= posted ||
+	    w->seen[d->user_cookie.as_64]++ ||
+	    (d->status != DAT_DTO_SUCCESS && d->status != DAT_DTO_ERR_FLUSHED)) {
+		snprintf(w->err, sizeof(w->err), "%s, EP %p (expected %p), op %d, cookie %llu "
+			 "of %u posted (%s), status %s", ev_name(ev.event_number),
+			 (void *)d->ep_handle, (void *)w->ep, (int)d->operation,
+			 (unsigned long long)d->user_cookie.as_64, posted,
+			 d->user_cookie.as_64 < posted && w->seen[d->user_cookie.as_64] > 1 ?
+			 "a second completion" : "first", status_name(d->status));
+		return false;
+	}
+	if (d->status == DAT_DTO_SUCCESS)
+		w->ok++;
+	else
+		w->flushed++;
+	w->inflight--;
+	return true;
+}
+
+static void *writer_main(void *arg)
+{
+	struct writer *w = arg;
+	DAT_LMR_TRIPLET l = seg(&w->p->c, w->off, 64);
+	DAT_RMR_TRIPLET r = rseg(&w->p->s, w->off, 64);
+	uint32_t after = 0;
+	char b[160];
+
+	while (after < WR_AFTER) {
+		uint32_t i = atomic_load(&w->posted);
+		bool stopped = atomic_load(&w->stop);	/* before the post it counts */
+		DAT_RETURN rc;
+
+		if (i == WR_MAX) {
+			snprintf(w->err, sizeof(w->err), "%u writes and still not stopped", i);
+			break;
+		}
+		if (w->inflight == WR_WINDOW && !writer_reap(w))
+			return NULL;
+		rc = dat_ep_post_rdma_write(w->ep, 1, &l, ck(i), &r, DAT_COMPLETION_DEFAULT_FLAG);
+		if (rc != DAT_SUCCESS) {
+			snprintf(w->err, sizeof(w->err), "write %u: dat_ep_post_rdma_write "
+				 "returned %s", i, rc_name(rc, b, sizeof(b)));
+			break;
+		}
+		atomic_store(&w->posted, i + 1);
+		w->inflight++;
+		after += stopped;
+	}
+	while (w->inflight && writer_reap(w))
+		;
+	return NULL;
+}
+
+/* An EP connected to the server's PSP and accepted on a new server EP. */
+static void connect_more(struct pair *p, DAT_EVD_HANDLE creq, DAT_EP_HANDLE *c,
+			 DAT_EP_HANDLE *s)
+{
+	DAT_EP_ATTR a = ep_attr(EP_DTOS, EP_DTOS);
+
+	assert_ok(dat_ep_create(p->c.ia, p->c.pz, p->c.rcv, creq, p->c.conn, &a, c));
+	assert_ok(dat_ep_create(p->s.ia, p->s.pz, p->s.rcv, p->s.req, p->s.conn, &a, s));
+	assert_ok(connect_to(*c, p->port, NULL, 0));
+	assert_ok(dat_cr_accept(wait_cr(&p->s, p->psp, p->port), *s, 0, NULL));
+	expect_conn(p->s.conn, DAT_CONNECTION_EVENT_ESTABLISHED, *s, 5000, "server", NULL);
+	expect_conn(p->c.conn, DAT_CONNECTION_EVENT_ESTABLISHED, *c, 5000, "client", NULL);
+}
+
+static void disconnect_pair(struct pair *p, DAT_EP_HANDLE c, DAT_EP_HANDLE s)
+{
+	assert_ok(dat_ep_disconnect(c, DAT_CLOSE_ABRUPT_FLAG));
+	expect_conn(p->c.conn, DAT_CONNECTION_EVENT_DISCONNECTED, c, 5000, "client", NULL);
+	expect_conn(p->s.conn, DAT_CONNECTION_EVENT_DISCONNECTED, s, 5000, "server", NULL);
+}
+
+/* Until the writer has posted `n` (or failed, or 20 s passed). */
+static void wait_posted(struct writer *w, uint32_t n)
+{
+	uint64_t t0 = now_ns();
+
+	while (atomic_load(&w->posted) < n && ms_since(t0) < 20000) {
+		struct timespec ts = { 0, 1000000 };
+
+		nanosleep(&ts, NULL);
+	}
+	if (atomic_load(&w->posted) < n)
+		fail_msg("writer on EP %p: %u of %u writes posted within 20 s",
+			 (void *)w->ep, atomic_load(&w->posted), n);
+}
+
+static void test_cm_posts_race_disconnect(void **state)
+{
+	struct pair *p = *state;
+	struct writer w[2];
+	pthread_t t[2];
+	DAT_EVD_HANDLE req2;
+	DAT_EP_HANDLE c2, s2;
+
+	watchdog(__func__, 120);
+	establish(p);
+	assert_ok(dat_evd_create(p->c.ia, DTO_QLEN, DAT_HANDLE_NULL, DAT_EVD_DTO_FLAG, &req2));
+	connect_more(p, req2, &c2, &s2);
+	for (int i = 0; i < 2; i++) {
+		memset(&w[i], 0, sizeof(w[i]));
+		w[i].p = p;
+		w[i].ep = i ? c2 : p->c.ep;
+		w[i].req = i ? req2 : p->c.req;
+		w[i].off = 4096 * (size_t)(i + 1);
+		atomic_init(&w[i].stop, false);
+		atomic_init(&w[i].posted, 0);
+		w[i].seen = calloc(WR_MAX, 1);
+		assert_non_null(w[i].seen);
+	}
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(pthread_create(&t[i], NULL, writer_main, &w[i]), 0);
+	/* connection changes of the same IA while both stream */
+	for (int k = 0; k < 3; k++) {
+		DAT_EP_HANDLE c3, s3;
+
+		connect_more(p, p->c.req, &c3, &s3);
+		disconnect_pair(p, c3, s3);
+		assert_ok(dat_ep_free(c3));
+		assert_ok(dat_ep_free(s3));
+	}
+	/* the first writer's EP is disconnected under it */
+	wait_posted(&w[0], 2000);
+	disconnect_pair(p, p->c.ep, p->s.ep);
+	atomic_store(&w[0].stop, true);
+	pthread_join(t[0], NULL);
+	/* the other one went on meanwhile */
+	wait_posted(&w[1], atomic_load(&w[1].posted) + 1000);
+	atomic_store(&w[1].stop, true);
+	pthread_join(t[1], NULL);
+	for (int i = 0; i < 2; i++) {
+		uint32_t n = atomic_load(&w[i].posted);
+
+		print_message("# writer %d: %u posted, %u completed, %u flushed\n", i, n, w[i].ok,
+			      w[i].flushed);
+		if (w[i].err[0])
+			fail_msg("writer %d (EP %p): %s", i, (void *)w[i].ep, w[i].err);
+		assert_int_equal(w[i].ok + w[i].flushed, n);
+		for (uint32_t k = 0; k < n; k++)
+			if (w[i].seen[k] != 1)
+				fail_msg("writer %d: write %u completed %u times", i, k, w[i].seen[k]);
+		free(w[i].seen);
+	}
+	/* the last WR_AFTER at least were posted to a disconnected EP */
+	assert_true(w[0].flushed >= WR_AFTER);
+	assert_true(w[0].ok >= 1);
+	assert_int_equal(w[1].flushed, 0);
+	expect_empty(p->c.req, 0, "request EVD after the first writer");
+	expect_empty(req2, 0, "request EVD after the second writer");
+	disconnect_pair(p, c2, s2);
+	assert_ok(dat_ep_free(c2));
+	assert_ok(dat_ep_free(s2));
+	assert_ok(dat_evd_free(req2));
+	alarm(0);
+}
+
 #define TP(name) cmocka_unit_test_setup_teardown(name, pair_setup, pair_teardown)
 
 int main(int argc, char **argv)
@@ -3015,6 +3214,7 @@ int main(int argc, char **argv)
 		TP(test_no_listener_then_reset_reconnect),
 		TP(test_connect_timeout_silent_peer),
 		TP(test_cm_consumers_drive_eq),
+		TP(test_cm_posts_race_disconnect),
 		/* 2. data */
 		TP(test_send_recv_segments),
 		TP(test_rdma_write_read),
