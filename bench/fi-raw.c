@@ -75,6 +75,11 @@ struct raw_x {
 	 * completion of ep that conn_drain met, for x_recv_done */
 	struct fid_ep **ceps;
 	uint32_t nceps;
+	/* write_mt: each client endpoint's own transmit CQ, window + 4 deep */
+	struct fid_cq **ccqs;
+	int *ccqfds;
+	struct fi_context *cctx;
+	uint32_t cwindow;
 	bool held;
 	struct fi_cq_msg_entry held_e;
 	uint64_t retry_until;		/* a refused post is retried until then */
@@ -219,31 +224,41 @@ static int x_recv_done(void *p, size_t *len, uint64_t deadline)
 	return n == 0 ? PERF_TIMEDOUT : n;
 }
 
-static int x_req_done(void *p, int max, uint64_t deadline)
+/* Request completions of cq, at most max. */
+static int reap(struct raw_x *x, struct fid_cq *cq, int fd, int max, uint64_t deadline)
 {
-	struct raw_x *x = p;
 	struct fi_cq_msg_entry e[CQ_BATCH];
-	int n = cq_get(x, x->txcq, x->txfd, e, max < CQ_BATCH ? max : CQ_BATCH, deadline,
-		       "request"), more;
+	int n = cq_get(x, cq, fd, e, max < CQ_BATCH ? max : CQ_BATCH, deadline, "request"), more;
 
 	/* waited for one: take what else is there, up to max, as a DAT
 	 * consumer does */
 	while (n > 0 && n < max && deadline &&
-	       (more = cq_get(x, x->txcq, x->txfd, e, max - n < CQ_BATCH ? max - n : CQ_BATCH, 0,
+	       (more = cq_get(x, cq, fd, e, max - n < CQ_BATCH ? max - n : CQ_BATCH, 0,
 			      "request")) > 0)
 		n += more;
 	return n;
+}
+
+static int x_req_done(void *p, int max, uint64_t deadline)
+{
+	struct raw_x *x = p;
+
+	return reap(x, x->txcq, x->txfd, max, deadline);
 }
 
 /* ----------------------------------------------------------------- conn */
 
 #define CONN_MAGIC 0x44505243u		/* "DPRC": a conn-test endpoint */
 
+static int cq_open(struct raw_x *x, struct fid_cq **cq, int *fd);
+
 /* An endpoint as dapl-ofi's dfi_fep_open makes one: from a connection
  * request, or a copy of the fabric's info aimed at the server. */
-static int conn_ep(struct raw_x *x, struct fi_info *req, struct fid_ep **ep)
+static int conn_ep(struct raw_x *x, struct fi_info *req, uint32_t i)
 {
 	struct fi_info *ei = req;
+	struct fid_ep **ep = &x->ceps[i];
+	struct fid_cq *tx = x->txcq;
 	int rc;
 
 	if (!ei) {
@@ -261,13 +276,23 @@ static int conn_ep(struct raw_x *x, struct fi_info *req, struct fid_ep **ep)
 	}
 	ei->tx_attr->size = 16;		/* DAT's default queue depths */
 	ei->rx_attr->size = 16;
-	/* The main endpoint's CQs, as daplofi-perf's conn EPs share its DTO
-	 * EVDs: the ping-pong then runs on CQs that N idle endpoints share.
-	 * They post nothing, so nothing of theirs lands there, and the CQs'
-	 * 1024 entries need not grow with N. */
+	if (x->ccqs) {
+		/* write_mt's writers: a transmit CQ each, as daplofi-perf's
+		 * request EVD each */
+		ei->tx_attr->size = x->cwindow + 4;
+		if (cq_open(x, &x->ccqs[i], &x->ccqfds[i])) {
+			fi_freeinfo(ei);
+			return PERF_ERR;
+		}
+		tx = x->ccqs[i];
+	}
+	/* Otherwise the main endpoint's CQs, as daplofi-perf's conn EPs
+	 * share its DTO EVDs: the ping-pong then runs on CQs that N idle
+	 * endpoints share.  They post nothing, so nothing of theirs lands
+	 * there, and the CQs' 1024 entries need not grow with N. */
 	rc = fi_endpoint(x->domain, ei, ep, NULL);
 	if (!rc && !(rc = fi_ep_bind(*ep, &x->eq->fid, 0)) &&
-	    !(rc = fi_ep_bind(*ep, &x->txcq->fid, FI_TRANSMIT)) &&
+	    !(rc = fi_ep_bind(*ep, &tx->fid, FI_TRANSMIT)) &&
 	    !(rc = fi_ep_bind(*ep, &x->rxcq->fid, FI_RECV)))
 		rc = fi_enable(*ep);
 	fi_freeinfo(ei);
@@ -331,7 +356,7 @@ static int x_conn_up(void *p, uint32_t n, uint32_t window)
 	x->nceps = 0;
 	while (up < n) {
 		while (!x->server && posted < n && posted - up < window) {
-			if (conn_ep(x, NULL, &x->ceps[posted]))
+			if (conn_ep(x, NULL, posted))
 				return PERF_ERR;
 			x->nceps = posted + 1;
 			perf_put32(pd, CONN_MAGIC);
@@ -357,7 +382,7 @@ static int x_conn_up(void *p, uint32_t n, uint32_t window)
 			fi_freeinfo(ent->info);
 			return PERF_ERR;
 		}
-		if (conn_ep(x, ent->info, &x->ceps[posted]))
+		if (conn_ep(x, ent->info, posted))
 			return PERF_ERR;
 		x->nceps = ++posted;
 		if ((rc = fi_accept(x->ceps[posted - 1], NULL, 0)))
@@ -448,11 +473,78 @@ static int x_conn_down(void *p, uint32_t n)
 	return 0;
 }
 
+/* ------------------------------------------------------------- write_mt */
+
+static int x_mt_up(void *p, uint32_t n, uint32_t window)
+{
+	struct raw_x *x = p;
+
+	if (!x->server) {	/* the server's endpoints are passive targets */
+		x->ccqs = calloc(n, sizeof(*x->ccqs));
+		x->ccqfds = calloc(n, sizeof(*x->ccqfds));
+		x->cctx = calloc(n, sizeof(*x->cctx));
+		if (!x->ccqs || !x->ccqfds || !x->cctx)
+			return PERF_ERR;
+		x->cwindow = window;
+	}
+	return x_conn_up(p, n, window);
+}
+
+/* A refused write (queue full) is retried after a progress pass of the
+ * endpoint's CQ, for at most -T (not with retry(): that is the main
+ * endpoint's, and this runs in several threads). */
+static int x_mt_write(void *p, uint32_t k)
+{
+	struct raw_x *x = p;
+	uint64_t until = 0;
+	ssize_t rc;
+
+	for (;;) {
+		rc = fi_write(x->ceps[k], x->buf + 2 * x->region + k * PERF_MT_SIZE, PERF_MT_SIZE,
+			      x->desc, 0, x->peer_addr + k * PERF_MT_SIZE, x->peer_key,
+			      &x->cctx[k]);	/* a slice each */
+		if (rc != -FI_EAGAIN)
+			break;
+		if (!until)
+			until = perf_now() + (uint64_t)opts.timeout_s * 1000000000u;
+		if (perf_now() > until || fi_cq_read(x->ccqs[k], NULL, 0) < -FI_EAGAIN)
+			break;
+	}
+	return rc ? fi_fail((int)rc, "fi_write") : 0;
+}
+
+static int x_mt_reap(void *p, uint32_t k, int max, uint64_t deadline)
+{
+	struct raw_x *x = p;
+	struct raw_x w = { .who = x->who, .mode = x->mode == M_POLL ? M_POLL : M_WAIT,
+			   .fabric = x->fabric };
+
+	return reap(&w, x->ccqs[k], x->ccqfds[k], max, deadline);
+}
+
+static int x_mt_down(void *p, uint32_t n)
+{
+	struct raw_x *x = p;
+	int rc = x_conn_down(p, n);	/* closes the endpoints first */
+
+	for (uint32_t i = 0; x->ccqs && i < n; i++)
+		if (x->ccqs[i])
+			fi_close(&x->ccqs[i]->fid);
+	free(x->ccqs);
+	free(x->ccqfds);
+	free(x->cctx);
+	x->ccqs = NULL;
+	x->ccqfds = NULL;
+	x->cctx = NULL;
+	return rc;
+}
+
 static const struct perf_ops raw_ops = {
 	.post_send = x_post_send, .post_recv = x_post_recv,
 	.post_write = x_post_write, .post_read = x_post_read,
 	.recv_done = x_recv_done, .req_done = x_req_done,
 	.conn_up = x_conn_up, .conn_down = x_conn_down,
+	.mt_up = x_mt_up, .mt_write = x_mt_write, .mt_reap = x_mt_reap, .mt_down = x_mt_down,
 };
 
 /* -------------------------------------------------------------- set-up */

@@ -147,6 +147,9 @@ struct dat_x {
 	DAT_EP_HANDLE *ceps;
 	uint32_t nceps;
 	DAT_EVD_HANDLE cconn;
+	/* write_mt: each client EP's own request EVD, window + 4 deep */
+	DAT_EVD_HANDLE *creqs;
+	uint32_t cwindow;
 	bool held;
 	DAT_EVENT held_ev;
 	bool server;
@@ -339,25 +342,31 @@ static int x_recv_done(void *p, size_t *len, uint64_t deadline)
 	return rc == 0 ? PERF_TIMEDOUT : rc;
 }
 
-static int x_req_done(void *p, int max, uint64_t deadline)
+/* Request completions of evd, waited for by w's mode: wait for the first,
+ * then take what else is there, up to max (DAT returns one event per
+ * call). */
+static int reap(struct dat_x *w, DAT_EVD_HANDLE evd, int max, uint64_t deadline)
 {
-	struct dat_x *x = p;
 	DAT_EVENT ev;
-	int n = 0, rc;
+	int n = 0, rc = next_event(w, evd, &ev, deadline);
 
-	/* blocking: wait for the first, then take what else is there, up to
-	 * max (DAT returns one event per call) */
-	rc = next_event(x, x->req, &ev, deadline);
 	while (rc == 1) {
-		if (check_dto(x, &ev, false))
+		if (check_dto(w, &ev, false))
 			return PERF_ERR;
 		if (++n >= max)
 			break;
-		rc = next_event(x, x->req, &ev, 0);
+		rc = next_event(w, evd, &ev, 0);
 	}
 	if (rc < 0 && !n)
 		return rc;
 	return rc == PERF_ERR ? PERF_ERR : n;
+}
+
+static int x_req_done(void *p, int max, uint64_t deadline)
+{
+	struct dat_x *x = p;
+
+	return reap(x, x->req, max, deadline);
 }
 
 /* ----------------------------------------------------------------- conn */
@@ -394,8 +403,9 @@ static int conn_expect(struct dat_x *x, const DAT_EVENT *ev, DAT_EVENT_NUMBER wa
 	return PERF_ERR;
 }
 
-static int conn_ep(struct dat_x *x, DAT_EP_HANDLE *ep)
+static int conn_ep(struct dat_x *x, uint32_t i)
 {
+	DAT_EVD_HANDLE req = x->req;
 	DAT_EP_ATTR a;
 
 	memset(&a, 0, sizeof(a));
@@ -410,12 +420,19 @@ static int conn_ep(struct dat_x *x, DAT_EP_HANDLE *ep)
 	a.max_rdma_read_out = 4;
 	a.request_completion_flags = DAT_COMPLETION_DEFAULT_FLAG;
 	a.recv_completion_flags = DAT_COMPLETION_DEFAULT_FLAG;
-	/* The main EP's DTO EVDs: the ping-pong then runs on EVDs that N
-	 * idle EPs share (issue 5).  These EPs post nothing, so nothing of
-	 * theirs ever lands there - not even flushed receives when they
-	 * disconnect - and the EVDs' depth (2 x the main EP's queue + 16)
-	 * need not grow with N. */
-	DAT_CALL(dat_ep_create, x->ia, x->pz, x->rcv, x->req, x->cconn, &a, ep);
+	if (x->creqs) {
+		/* write_mt's writers: a request EVD each */
+		a.max_request_dtos = (DAT_COUNT)x->cwindow + 4;
+		DAT_CALL(dat_evd_create, x->ia, a.max_request_dtos + 16, DAT_HANDLE_NULL,
+			 DAT_EVD_DTO_FLAG, &x->creqs[i]);
+		req = x->creqs[i];
+	}
+	/* Otherwise the main EP's DTO EVDs: the ping-pong then runs on EVDs
+	 * that N idle EPs share (issue 5).  These EPs post nothing, so
+	 * nothing of theirs ever lands there - not even flushed receives
+	 * when they disconnect - and the EVDs' depth (2 x the main EP's
+	 * queue + 16) need not grow with N. */
+	DAT_CALL(dat_ep_create, x->ia, x->pz, x->rcv, req, x->cconn, &a, &x->ceps[i]);
 	return 0;
 }
 
@@ -453,7 +470,7 @@ static int x_conn_up(void *p, uint32_t n, uint32_t window)
 				dat_cr_reject(cr, 0, NULL);
 				return PERF_ERR;
 			}
-			if (conn_ep(x, &x->ceps[posted]))
+			if (conn_ep(x, posted))
 				return PERF_ERR;
 			x->nceps = ++posted;
 			rc = dat_cr_accept(cr, x->ceps[posted - 1], 0, NULL);
@@ -465,7 +482,7 @@ static int x_conn_up(void *p, uint32_t n, uint32_t window)
 		while (!x->server && posted < n && posted - up < window) {
 			DAT_RETURN rc;
 
-			if (conn_ep(x, &x->ceps[posted]))
+			if (conn_ep(x, posted))
 				return PERF_ERR;
 			x->nceps = posted + 1;
 			perf_put32(pd, CONN_MAGIC);
@@ -539,11 +556,66 @@ static int x_conn_down(void *p, uint32_t n)
 	return 0;
 }
 
+/* ------------------------------------------------------------- write_mt */
+
+static int x_mt_up(void *p, uint32_t n, uint32_t window)
+{
+	struct dat_x *x = p;
+
+	if (!x->server) {	/* the server's EPs are passive targets */
+		x->creqs = calloc(n, sizeof(*x->creqs));
+		if (!x->creqs)
+			return PERF_ERR;
+		x->cwindow = window;
+	}
+	return x_conn_up(p, n, window);
+}
+
+static int x_mt_write(void *p, uint32_t k)
+{
+	struct dat_x *x = p;
+	DAT_LMR_TRIPLET t = seg(x, x->buf + 2 * x->region + k * PERF_MT_SIZE, PERF_MT_SIZE);
+	DAT_RMR_TRIPLET r;
+	DAT_DTO_COOKIE c = { .as_64 = k };
+	DAT_RETURN rc;
+
+	memset(&r, 0, sizeof(r));
+	r.rmr_context = x->peer_rctx;
+	r.virtual_address = x->peer_addr + k * PERF_MT_SIZE;	/* a slice each */
+	r.segment_length = PERF_MT_SIZE;
+	rc = dat_ep_post_rdma_write(x->ceps[k], 1, &t, c, &r, DAT_COMPLETION_DEFAULT_FLAG);
+	return rc == DAT_SUCCESS ? 0 : dat_fail(rc, "dat_ep_post_rdma_write");
+}
+
+/* As x_req_done, on EP k's own EVD (no CNO, no upcall: -m cno and upcall
+ * wait with dat_evd_wait). */
+static int x_mt_reap(void *p, uint32_t k, int max, uint64_t deadline)
+{
+	struct dat_x *x = p;
+	struct dat_x w = { .who = x->who, .mode = x->mode == M_POLL ? M_POLL : M_WAIT };
+
+	return reap(&w, x->creqs[k], max, deadline);
+}
+
+static int x_mt_down(void *p, uint32_t n)
+{
+	struct dat_x *x = p;
+	int rc = x_conn_down(p, n);
+
+	for (uint32_t i = 0; x->creqs && i < n; i++)
+		if (x->creqs[i] && !rc)
+			DAT_CALL(dat_evd_free, x->creqs[i]);
+	free(x->creqs);
+	x->creqs = NULL;
+	return rc;
+}
+
 static const struct perf_ops dat_ops = {
 	.post_send = x_post_send, .post_recv = x_post_recv,
 	.post_write = x_post_write, .post_read = x_post_read,
 	.recv_done = x_recv_done, .req_done = x_req_done,
 	.conn_up = x_conn_up, .conn_down = x_conn_down,
+	.mt_up = x_mt_up, .mt_write = x_mt_write, .mt_reap = x_mt_reap, .mt_down = x_mt_down,
 };
 
 /* -------------------------------------------------------------- set-up */

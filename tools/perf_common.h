@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -48,6 +49,10 @@
 #define PERF_CONN_LAT_SIZE	64u
 #define PERF_CONN_LAT_ITERS	2000u
 #define PERF_CONN_LAT_WARMUP	200u
+/* write_mt: its -S are thread counts, each thread streams writes of this
+ * size on an endpoint of its own */
+#define PERF_MT_SIZE		64u
+#define PERF_MT_MAX		16u
 
 /* Exit codes: 0 ok, 1 failure, 2 not available (upcalls), 3 usage. */
 #define PERF_EXIT_FAIL		1
@@ -65,6 +70,7 @@ enum perf_test {
 	T_SEND_BW, T_WRITE_BW, T_READ_BW,
 	T_REAP,
 	T_CONN,
+	T_WRITE_MT,
 	T_EVENTS, T_WAKE, T_CNO, T_UPCALL,
 	T_COUNT
 };
@@ -90,6 +96,9 @@ static const struct perf_test_info perf_tests[T_COUNT] = {
 	[T_CONN]      = { "conn", NULL,
 			  "connection set-up, memory per connected EP, latency with them idle",
 			  true, false },
+	[T_WRITE_MT]  = { "write_mt", NULL,
+			  "streaming 64 B RDMA writes from -S threads, each on its own EP "
+			  "and request queue, one IA", true, true },
 	[T_EVENTS]    = { "events", NULL, "post_se + dequeue pairs, one thread", false, true },
 	[T_WAKE]      = { "wake", NULL, "wake-up latency between two threads", false, false },
 	[T_CNO]       = { "cno", NULL, "CNO wake-up latency between two threads", false, false },
@@ -191,10 +200,11 @@ static inline const char *perf_plan_decode(const uint8_t *in, size_t len, struct
 	    pl->nsizes > PERF_MAX_SIZES)
 		return "bad test or size count in the plan";
 	for (int i = 0; i < pl->ntests; i++)
-		if (pl->tests[i] < T_SEND_LAT || pl->tests[i] > T_CONN)
+		if (pl->tests[i] < T_SEND_LAT || pl->tests[i] > T_WRITE_MT)
 			return "the plan names a test this server does not know";
 	for (int i = 0; i < pl->nsizes; i++)
-		if (!pl->sizes[i] || pl->sizes[i] > PERF_MAX_SIZE || pl->sizes[i] > pl->region)
+		if (!pl->sizes[i] || pl->sizes[i] > PERF_MAX_SIZE || pl->sizes[i] > pl->region ||
+		    (pl->tests[0] == T_WRITE_MT && pl->sizes[i] > PERF_MT_MAX))
 			return "bad size in the plan";
 	if (!pl->iters || pl->window < 1 || pl->window > PERF_MAX_WINDOW)
 		return "bad iteration count or window in the plan";
@@ -242,6 +252,8 @@ static inline uint32_t perf_iters(const struct perf_plan *pl, enum perf_test t, 
 
 	if (t == T_CONN)
 		return size;		/* conn: "sizes" are endpoint counts */
+	if (t == T_WRITE_MT)
+		return (uint32_t)n;	/* write_mt: thread counts; n, all threads together */
 	if (perf_tests[t].bw && (uint64_t)size * n > PERF_BW_BYTES_CAP) {
 		n = PERF_BW_BYTES_CAP / size;
 		if (n < 100)
@@ -439,10 +451,13 @@ static inline void perf_usage(FILE *f, const char *prog, const char *name_opt,
 "  -h host      client: connect to this server (IPv4 address or name)\n"
 "  -n port      port / connection qualifier (default %u)\n"
 "  -t tests     comma list (default send_lat): send_lat write_lat read_lat\n"
-"               send_bw write_bw read_bw reap conn events wake cno upcall\n"
+"               send_bw write_bw read_bw reap conn write_mt events wake cno\n"
+"               upcall\n"
 "               (send, write, read: the latency tests; conn runs alone:\n"
 "               its -S are endpoint counts, default 1,16,256,1024, and it\n"
 "               times a 64 B ping-pong beside each count of idle EPs)\n"
+"               write_mt: 64 B RDMA writes from -S threads (default 1,2,4;\n"
+"               at most 16), each on an EP of its own; -I writes in all\n"
 "  -S sizes     64  |  64,4k,64k  |  64:1m (powers of two)  |  all (1:1m)\n"
 "               (default 64,4k,64k)\n"
 "  -I iters     iterations per size (default 10000; a bandwidth size moves\n"
@@ -555,11 +570,27 @@ static inline int perf_parse_opts(int argc, char **argv, struct perf_opts *o,
 		return PERF_EXIT_USAGE;
 	}
 	for (int k = 0; k < o->plan.ntests; k++)
-		if (o->plan.tests[k] == T_CONN && o->plan.ntests > 1) {
-			fprintf(stderr, "%s: conn runs alone (its -S are endpoint counts)\n",
-				o->prog);
+		if ((o->plan.tests[k] == T_CONN || o->plan.tests[k] == T_WRITE_MT) &&
+		    o->plan.ntests > 1) {
+			fprintf(stderr, "%s: %s runs alone (its -S are %s counts)\n", o->prog,
+				perf_tests[o->plan.tests[k]].name,
+				o->plan.tests[k] == T_CONN ? "endpoint" : "thread");
 			return PERF_EXIT_USAGE;
 		}
+	if (o->plan.ntests == 1 && o->plan.tests[0] == T_WRITE_MT) {
+		if (!o->sizes_set) {
+			o->plan.nsizes = 3;
+			o->plan.sizes[0] = 1;
+			o->plan.sizes[1] = 2;
+			o->plan.sizes[2] = 4;
+		}
+		for (int i = 0; i < o->plan.nsizes; i++)
+			if (o->plan.sizes[i] > PERF_MT_MAX) {
+				fprintf(stderr, "%s: write_mt: at most %u threads (-S %" PRIu32 ")\n",
+					o->prog, PERF_MT_MAX, o->plan.sizes[i]);
+				return PERF_EXIT_USAGE;
+			}
+	}
 	if (o->plan.ntests == 1 && o->plan.tests[0] == T_CONN && !o->sizes_set) {
 		o->plan.nsizes = 4;
 		o->plan.sizes[0] = 1;
@@ -678,7 +709,8 @@ static inline void perf_out_row(struct perf_out *o, const struct perf_result *r)
 				       "window", "connects/s", "us/conn", "RSS KiB/EP", "avg", "p50",
 				       "p99", "max", PERF_CONN_LAT_SIZE);
 			else if (perf_tests[r->test].bw)
-				printf("%10s %9s %7s %10s %12s %9s\n", "bytes", "iters", "window",
+				printf("%10s %9s %7s %10s %12s %9s\n",
+				       r->test == T_WRITE_MT ? "threads" : "bytes", "iters", "window",
 				       "MB/s", "msg/s", "us/msg");
 			else
 				printf("%10s %9s %9s %9s %9s %9s %10s %10s   (latency %s, us)\n",
@@ -792,6 +824,18 @@ struct perf_ops {
 	 * already be there).  0 or PERF_ERR (reported). */
 	int (*conn_up)(void *x, uint32_t n, uint32_t window);
 	int (*conn_down)(void *x, uint32_t n);
+	/* write_mt: as conn_up, but each of the n endpoints gets a request
+	 * queue of its own (DTO EVD, CQ), `window` + 4 deep.  mt_write posts
+	 * a PERF_MT_SIZE-byte RDMA write on endpoint k (0..n-1), from slice k
+	 * of the send region to slice k of the peer's RDMA region (writers do
+	 * not overwrite one another); mt_reap reaps endpoint k's
+	 * request completions as req_done does.  Thread k alone calls them
+	 * for endpoint k, while the other threads do for theirs.  mt_down as
+	 * conn_down, and frees the queues. */
+	int (*mt_up)(void *x, uint32_t n, uint32_t window);
+	int (*mt_write)(void *x, uint32_t k);
+	int (*mt_reap)(void *x, uint32_t k, int max, uint64_t deadline);
+	int (*mt_down)(void *x, uint32_t n);
 };
 
 /* A thousand connections need more descriptors than a default soft limit
@@ -1055,6 +1099,96 @@ static inline int perf_pingpong(struct perf_run *r, uint32_t size, uint32_t warm
 	return PERF_OK;
 }
 
+/* write_mt: one thread's share of the writes, on its own endpoint.  All
+ * threads post their warm-up, reap it and meet at `start` (the clock starts
+ * there), then stream their share with at most `window` in flight each. */
+struct perf_mt {
+	struct perf_run *r;
+	uint32_t k, warm, n;
+	int window;
+	pthread_barrier_t *start;
+	int rc;
+};
+
+static inline int perf_mt_reap(struct perf_mt *m, int *outstanding, int target)
+{
+	while (*outstanding > target) {
+		int got = m->r->ops->mt_reap(m->r->x, m->k, *outstanding, perf_deadline(m->r));
+
+		if (got == PERF_TIMEDOUT)
+			return perf_timeout(m->r, "write_mt: waiting for a write's completion");
+		if (got < 0)
+			return PERF_ERR;
+		*outstanding -= got;
+	}
+	return PERF_OK;
+}
+
+static inline int perf_mt_stream(struct perf_mt *m, uint32_t count, int *outstanding)
+{
+	for (uint32_t i = 0; i < count; i++) {
+		if (*outstanding >= m->window &&
+		    perf_mt_reap(m, outstanding, m->window - 1))
+			return PERF_ERR;
+		if (m->r->ops->mt_write(m->r->x, m->k))
+			return PERF_ERR;
+		(*outstanding)++;
+	}
+	return perf_mt_reap(m, outstanding, 0);
+}
+
+static inline void *perf_mt_main(void *arg)
+{
+	struct perf_mt *m = arg;
+	int outstanding = 0;
+
+	m->rc = perf_mt_stream(m, m->warm, &outstanding);
+	pthread_barrier_wait(m->start);		/* even after a failure: others wait */
+	if (m->rc == PERF_OK)
+		m->rc = perf_mt_stream(m, m->n, &outstanding);
+	return NULL;
+}
+
+/* The client's part of write_mt: `nt` threads, n writes in all; the time
+ * from the start barrier to the last thread's last completion. */
+static inline int perf_mt_run(struct perf_run *r, uint32_t nt, uint32_t warm, uint32_t n,
+			      int window, uint64_t *elapsed)
+{
+	struct perf_mt m[PERF_MT_MAX];
+	pthread_t tid[PERF_MT_MAX];
+	pthread_barrier_t start;
+	uint32_t started = 0;
+	uint64_t t0;
+	int rc = PERF_OK;
+
+	if (pthread_barrier_init(&start, NULL, nt + 1))
+		return perf_fail(r, "write_mt: pthread_barrier_init failed");
+	for (uint32_t k = 0; k < nt; k++) {
+		m[k] = (struct perf_mt){ .r = r, .k = k, .warm = warm / nt,
+					 .n = n / nt + (k < n % nt), .window = window,
+					 .start = &start };
+		if (pthread_create(&tid[k], NULL, perf_mt_main, &m[k]))
+			break;
+		started++;
+	}
+	if (started < nt) {
+		/* the barrier counts nt + 1: those started would wait forever */
+		fprintf(stderr, "%s: client: write_mt: could not start thread %u\n", r->tool,
+			started);
+		exit(PERF_EXIT_FAIL);
+	}
+	pthread_barrier_wait(&start);
+	t0 = perf_now();
+	for (uint32_t k = 0; k < nt; k++) {
+		pthread_join(tid[k], NULL);
+		if (m[k].rc != PERF_OK)
+			rc = PERF_ERR;
+	}
+	*elapsed = perf_now() - t0;
+	pthread_barrier_destroy(&start);
+	return rc;
+}
+
 /* One size of one peer test; the client fills res. */
 static inline int perf_phase(struct perf_run *r, enum perf_test t, uint32_t size,
 			     struct perf_result *res)
@@ -1078,7 +1212,7 @@ static inline int perf_phase(struct perf_run *r, enum perf_test t, uint32_t size
 	res->iters = n;
 	res->window = perf_tests[t].bw ? (uint32_t)window : 1;
 	r->seq = 0;
-	if (t != T_CONN) {
+	if (t != T_CONN && t != T_WRITE_MT) {	/* whose -S are counts */
 		r->rdma[size - 1] = 0;
 		r->tx[size - 1] = 0;
 	}
@@ -1249,6 +1383,25 @@ static inline int perf_phase(struct perf_run *r, enum perf_test t, uint32_t size
 		    r->ops->conn_down(r->x, size))
 			return PERF_ERR;
 		break;
+	case T_WRITE_MT:
+		/* posts from several threads at once, each on its own EP with
+		 * its own request queue: what they share is the IA (DAT) or
+		 * the domain (libfabric), and the progress engine */
+		if (!r->ops->mt_up)
+			return perf_fail(r, "write_mt: not in this program");
+		if (r->region < (size_t)size * PERF_MT_SIZE)
+			return perf_fail(r, "write_mt: a %zu-byte region has no room for %u "
+					 "writers' %u bytes", r->region, size, PERF_MT_SIZE);
+		if (r->ops->mt_up(r->x, size, (uint32_t)window) ||
+		    perf_barrier(r, "write_mt: after the connections", 1))
+			return PERF_ERR;
+		if (!r->server && perf_mt_run(r, size, warm, n, window, &t_up))
+			return PERF_ERR;
+		/* the server is a passive target until the client is done */
+		if (perf_barrier(r, "write_mt: after the writes", 20) ||
+		    r->ops->mt_down(r->x, size))
+			return PERF_ERR;
+		break;
 	default:
 		return perf_fail(r, "%s is not a peer test", tn);
 	}
@@ -1277,6 +1430,9 @@ static inline int perf_phase(struct perf_run *r, enum perf_test t, uint32_t size
 	} else if (t == T_REAP) {
 		res->msg_s = t_up ? n / (t_up / 1e9) : 0;
 		res->mb_s = res->msg_s * size / 1e6;
+	} else if (t == T_WRITE_MT) {
+		res->msg_s = t_up ? n / (t_up / 1e9) : 0;
+		res->mb_s = res->msg_s * PERF_MT_SIZE / 1e6;
 	} else if (perf_tests[t].bw) {
 		double sec = (t1 - t0) / 1e9;
 
