@@ -548,6 +548,7 @@ int dfi_progress_start(struct dfi_ia *ia)
 	rc = -pthread_create(&ia->progress, NULL, progress_main, ia);
 	if (rc)
 		goto err;
+	pthread_setname_np(ia->progress, "dfi-progress");	/* for top -H, gdb, tests */
 	ia->progress_on = true;
 	atomic_store_explicit(&ia->eq_open, true, memory_order_release);
 	goto out;

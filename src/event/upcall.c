@@ -143,6 +143,8 @@ int dfi_disp_start(struct dfi_disp *d, int nthreads, int budget)
 		t->d = d;
 		pthread_cond_init(&t->wake, NULL);
 		rc = pthread_create(&t->tid, NULL, disp_main, t);
+		if (!rc)
+			pthread_setname_np(t->tid, "dfi-upcall");
 		if (rc) {
 			pthread_cond_destroy(&t->wake);
 			dfi_err(DFI_SS_EVD, "upcall dispatcher: thread %d of %d: %s", i + 1,
