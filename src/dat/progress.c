@@ -199,13 +199,19 @@ static void progress_all_cqs(struct dfi_ia *ia)
 
 /* Whether the consumer drives evd's CQ itself: it waits on it, or made
  * calls on it (or on the partner EVD, whose CQ reads move the same EPs)
- * that this thread saw move within the last lease.  Counting calls keeps
- * clocks off the consumer's path; the window keeps a consumer that is only
- * held up (descheduled, or behind a lock) counted as active (IA lock
- * held). */
+ * that this thread saw move within the last lease, or waits on the
+ * partner.  Counting calls keeps clocks off the consumer's path; the
+ * window keeps a consumer that is only held up (descheduled, or behind a
+ * lock) counted as active.  A waiter on the partner makes no calls while
+ * it sleeps, but the partner's CQ fd holds the same EPs' sockets: the
+ * traffic that would wake this thread for evd wakes that waiter, whose
+ * reads move those EPs (on an RDMA target, a waiter for receives and this
+ * thread on the request CQ both woke for every incoming write).  IA lock
+ * held. */
 static bool consumer_drives(struct dfi_ia *ia, struct dfi_evd *evd, uint64_t now)
 {
 	uint32_t c = dfi_evq_calls(&evd->q);
+	bool active;
 
 	if (evd->partner)
 		c += dfi_evq_calls(&evd->partner->q);
@@ -213,8 +219,10 @@ static bool consumer_drives(struct dfi_ia *ia, struct dfi_evd *evd, uint64_t now
 		evd->calls_seen = c;
 		evd->calls_moved = now;
 	}
-	return dfi_evq_consumer_drives(&evd->q, ia->lease_ns && evd->calls_moved &&
-				       now - evd->calls_moved < ia->lease_ns);
+	active = ia->lease_ns && evd->calls_moved && now - evd->calls_moved < ia->lease_ns;
+	if (!active && ia->lease_ns && evd->partner)
+		active = dfi_evq_waited(&evd->partner->q);
+	return dfi_evq_consumer_drives(&evd->q, active);
 }
 
 /* Consumers' reads of the EQ, and their connects, accepts and disconnects,

@@ -395,6 +395,17 @@ bool dfi_evq_consumer_drives(struct dfi_evq *q, bool active)
 	return r;
 }
 
+bool dfi_evq_waited(struct dfi_evq *q)
+{
+	bool r;
+
+	if (pthread_mutex_trylock(&q->lock))
+		return true;
+	r = q->waiter;
+	pthread_mutex_unlock(&q->lock);
+	return r;
+}
+
 /* A consumer call (lock held; posts may bump it concurrently). */
 static void count_call(struct dfi_evq *q)
 {

@@ -197,6 +197,9 @@ static inline void dfi_evq_touch(struct dfi_evq *q)
  * CNO or upcall relies on the progress context; or the ring is full
  * (nothing could be read); or the EVD's lock is busy (it never waits). */
 bool dfi_evq_consumer_drives(struct dfi_evq *q, bool active);
+/* Progress context: whether a consumer sleeps in dat_evd_wait on q (or
+ * holds its lock: busy, never waited for). */
+bool dfi_evq_waited(struct dfi_evq *q);
 
 /* dat_evd_free: DAT_SUCCESS (the EVD is now FREEING; call dfi_evq_fini), or
  * DAT_INVALID_STATE with EVD_IN_USE or EVD_WAITER and nothing changed. */
