@@ -108,6 +108,7 @@ struct dfi_ia {
 	int epfd, stop_fd;
 	int kick_fd;			/* eventfd: stalled SRQ EPs may move (srq.c) */
 	unsigned rcq_gen;		/* bumped when an SRQ EP's CQ leaves epoll (IA lock) */
+	unsigned cq_gen;		/* bumped when an EVD's CQ leaves epoll (IA lock) */
 	int n_rcq_watched;		/* SRQ EPs' CQs in epoll (IA lock): the thread ticks */
 	atomic_bool rcq_kick_all;	/* the next kick reads every SRQ EP's CQ */
 	pthread_t progress;

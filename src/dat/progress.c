@@ -106,6 +106,30 @@ static unsigned rcq_gen(struct dfi_ia *ia)
 	return g;
 }
 
+static unsigned cq_gen(struct dfi_ia *ia)
+{
+	unsigned g;
+
+	pthread_mutex_lock(&ia->lock);
+	g = ia->cq_gen;
+	pthread_mutex_unlock(&ia->lock);
+	return g;
+}
+
+/* Inside the batch: arm every EVD's CQ that is watched and not parked (a
+ * batch whose EVD events were skipped left theirs disarmed). */
+static void rearm_cqs(struct dfi_ia *ia)
+{
+	pthread_mutex_lock(&ia->lock);
+	for (struct dfi_obj *o = ia->objs.next; o != &ia->objs; o = o->next) {
+		struct dfi_evd *evd = (struct dfi_evd *)o;
+
+		if (o->type == DFI_T_EVD && evd->cq && !evd->unwatched && !evd->parked)
+			arm_cq(ia, evd, EPOLL_CTL_MOD);
+	}
+	pthread_mutex_unlock(&ia->lock);
+}
+
 /* A pass over SRQ EPs' private CQs, inside the batch: all those watched, or
  * only the stalled ones.  An EP is used only while no SRQ EP has left the
  * epoll set since `gen`: one freed by a callback of this very thread (a
@@ -376,10 +400,10 @@ static void *progress_main(void *arg)
 
 	for (;;) {
 		struct epoll_event evs[32];
-		unsigned gen = rcq_gen(ia);
+		unsigned gen = rcq_gen(ia), cgen = cq_gen(ia);
 		uint64_t now, wake_at;
 		int n;
-		bool rescan;
+		bool rescan, stale;
 
 		/* The tick is a deadline, not a quiet spell: a steady stream of
 		 * other events must not starve a stalled EP or a lease. */
@@ -417,9 +441,15 @@ static void *progress_main(void *arg)
 		 * (dfi_progress_unwatch_cq waits for the batch to end), nor an
 		 * SRQ EP's (dfi_progress_unwatch_rcq).  An SRQ EP freed before
 		 * the batch began may still have an event in evs[]: then they
-		 * are all skipped, and every watched one polled instead. */
+		 * are all skipped, and every watched one polled instead.  So
+		 * may an EVD, freed between epoll_wait's return and the mark
+		 * (no batch ran: it did not wait), or by a callback of this
+		 * thread's own passes (it cannot wait): then the EVDs' events
+		 * left are skipped, and every watched CQ re-armed, to fire
+		 * again if it is still readable. */
 		batch_mark(ia);
 		rescan = rcq_gen(ia) != gen;
+		stale = false;
 		for (int i = 0; i < n; i++) {
 			struct dfi_evd *evd = evs[i].data.ptr;
 			struct dfi_ep *ep = rcq_ep(evs[i].data.ptr);
@@ -497,6 +527,11 @@ static void *progress_main(void *arg)
 			 * either: under a stream, the pass would race it for
 			 * every completion (and for the EVD lock). */
 			pthread_mutex_lock(&ia->lock);
+			stale = stale || ia->cq_gen != cgen;	/* also freed by a callback of a pass */
+			if (stale) {
+				pthread_mutex_unlock(&ia->lock);
+				continue;	/* evd may be freed */
+			}
 			park = evd->cq && consumer_drives(ia, evd, now);
 			if (park)
 				lease_at = earliest(lease_at, park_cq(ia, evd, now));
@@ -517,6 +552,8 @@ static void *progress_main(void *arg)
 		}
 		if (rescan && poll_rcqs(ia, false))
 			ticking = true;
+		if (stale)
+			rearm_cqs(ia);
 		batch_mark(ia);
 	}
 	return NULL;
@@ -636,6 +673,7 @@ void dfi_progress_unwatch_cq(struct dfi_ia *ia, struct dfi_evd *evd)
 		ia->nparked--;
 	evd->parked = false;
 	evd->unwatched = true;		/* no later batch picks it up */
+	ia->cq_gen++;			/* nor an event returned before it (progress_main) */
 	if (pthread_equal(pthread_self(), ia->progress))
 		return;		/* freed from a callback of the thread itself */
 	b = ia->batch;
