@@ -106,16 +106,6 @@ static unsigned rcq_gen(struct dfi_ia *ia)
 	return g;
 }
 
-static unsigned cq_gen(struct dfi_ia *ia)
-{
-	unsigned g;
-
-	pthread_mutex_lock(&ia->lock);
-	g = ia->cq_gen;
-	pthread_mutex_unlock(&ia->lock);
-	return g;
-}
-
 /* Inside the batch: arm every EVD's CQ that is watched and not parked (a
  * batch whose EVD events were skipped left theirs disarmed). */
 static void rearm_cqs(struct dfi_ia *ia)
@@ -400,10 +390,15 @@ static void *progress_main(void *arg)
 
 	for (;;) {
 		struct epoll_event evs[32];
-		unsigned gen = rcq_gen(ia), cgen = cq_gen(ia);
+		unsigned gen, cgen;	/* rcq_gen and cq_gen before epoll_wait */
 		uint64_t now, wake_at;
 		int n;
 		bool rescan, stale;
+
+		pthread_mutex_lock(&ia->lock);
+		gen = ia->rcq_gen;
+		cgen = ia->cq_gen;
+		pthread_mutex_unlock(&ia->lock);
 
 		/* The tick is a deadline, not a quiet spell: a steady stream of
 		 * other events must not starve a stalled EP or a lease. */
