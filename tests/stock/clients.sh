@@ -144,6 +144,9 @@ if [ -n "${CLIENTS_LOGDIR:-}" ]; then
 else
 	logdir=$(mktemp -d) keep=0
 fi
+# the programs run in the log directory: what a crash drops (a .btr
+# backtrace file) stays out of the source tree
+logdir=$(cd "$logdir" && pwd) && cd "$logdir" || bail "cannot enter $logdir"
 
 # ---- process bookkeeping ------------------------------------------------
 LIVE=()			# pids of the `timeout` processes still running

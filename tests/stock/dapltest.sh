@@ -84,6 +84,9 @@ total=$(( ${#L_CASES[@]} + ${#HWCONN_CASES[@]} + ${#PZ_CASES[@]} + ${#MEM_CASES[
 n=0 npass=0 nfail=0 nskip=0
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+# a crashing program's droppings (dapltest writes a .btr backtrace file
+# into its working directory) land here, not in the source tree
+cd "$tmp" || exit 2
 log=$tmp/out	# dapltest's own report (stdout)
 err=$tmp/err	# provider log, sanitizer and valgrind reports (stderr)
 
