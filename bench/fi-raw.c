@@ -82,67 +82,66 @@ struct raw_x {
 	uint32_t cwindow;
 	bool held;
 	struct fi_cq_msg_entry held_e;
-	uint64_t retry_until;		/* a refused post is retried until then */
 };
 
 /* ------------------------------------------------------------ transport */
 
 /* A post refused with -FI_EAGAIN (queue full) is retried after a progress
- * pass, for at most -T. */
-static bool retry(struct raw_x *x, struct fid_cq *cq)
+ * pass of cq, for at most -T from the first refusal (*until: 0 at first). */
+static bool retry(uint64_t *until, struct fid_cq *cq)
 {
-	if (!x->retry_until)
-		x->retry_until = perf_now() + (uint64_t)opts.timeout_s * 1000000000u;
-	return perf_now() <= x->retry_until && fi_cq_read(cq, NULL, 0) >= -FI_EAGAIN;
+	if (!*until)
+		*until = perf_now() + (uint64_t)opts.timeout_s * 1000000000u;
+	return perf_now() <= *until && fi_cq_read(cq, NULL, 0) >= -FI_EAGAIN;
 }
 
 static int x_post_send(void *p, size_t len)
 {
 	struct raw_x *x = p;
+	uint64_t until = 0;
 	ssize_t rc;
 
-	x->retry_until = 0;
 	do
 		rc = fi_send(x->ep, x->buf + 2 * x->region, len, x->desc, 0, &x->fctx[0]);
-	while (rc == -FI_EAGAIN && retry(x, x->txcq));
+	while (rc == -FI_EAGAIN && retry(&until, x->txcq));
 	return rc ? fi_fail((int)rc, "fi_send") : 0;
 }
 
 static int x_post_recv(void *p)
 {
 	struct raw_x *x = p;
+	uint64_t until = 0;
 	ssize_t rc;
 
-	x->retry_until = 0;
 	do
 		rc = fi_recv(x->ep, x->buf, x->region, x->desc, 0, &x->fctx[1]);
-	while (rc == -FI_EAGAIN && retry(x, x->rxcq));
+	while (rc == -FI_EAGAIN && retry(&until, x->rxcq));
 	return rc ? fi_fail((int)rc, "fi_recv") : 0;
 }
 
 static int x_post_write(void *p, size_t len)
 {
 	struct raw_x *x = p;
+	uint64_t until = 0;
 	ssize_t rc;
 
-	x->retry_until = 0;
 	do
 		rc = fi_write(x->ep, x->buf + 2 * x->region, len, x->desc, 0, x->peer_addr,
 			      x->peer_key, &x->fctx[0]);
-	while (rc == -FI_EAGAIN && retry(x, x->txcq));
+	while (rc == -FI_EAGAIN && retry(&until, x->txcq));
 	return rc ? fi_fail((int)rc, "fi_write") : 0;
 }
 
 static int x_post_read(void *p, size_t len)
 {
 	struct raw_x *x = p;
+	uint64_t until = 0;
 	ssize_t rc;
 
-	x->retry_until = 0;
 	do
 		rc = fi_read(x->ep, x->buf + x->region, len, x->desc, 0, x->peer_addr,
 			     x->peer_key, &x->fctx[0]);
-	while (rc == -FI_EAGAIN && retry(x, x->txcq));
+	while (rc == -FI_EAGAIN && retry(&until, x->txcq));
 	return rc ? fi_fail((int)rc, "fi_read") : 0;
 }
 
@@ -490,26 +489,17 @@ static int x_mt_up(void *p, uint32_t n, uint32_t window)
 	return x_conn_up(p, n, window);
 }
 
-/* A refused write (queue full) is retried after a progress pass of the
- * endpoint's CQ, for at most -T (not with retry(): that is the main
- * endpoint's, and this runs in several threads). */
 static int x_mt_write(void *p, uint32_t k)
 {
 	struct raw_x *x = p;
 	uint64_t until = 0;
 	ssize_t rc;
 
-	for (;;) {
+	do
 		rc = fi_write(x->ceps[k], x->buf + 2 * x->region + k * PERF_MT_SIZE, PERF_MT_SIZE,
 			      x->desc, 0, x->peer_addr + k * PERF_MT_SIZE, x->peer_key,
 			      &x->cctx[k]);	/* a slice each */
-		if (rc != -FI_EAGAIN)
-			break;
-		if (!until)
-			until = perf_now() + (uint64_t)opts.timeout_s * 1000000000u;
-		if (perf_now() > until || fi_cq_read(x->ccqs[k], NULL, 0) < -FI_EAGAIN)
-			break;
-	}
+	while (rc == -FI_EAGAIN && retry(&until, x->ccqs[k]));
 	return rc ? fi_fail((int)rc, "fi_write") : 0;
 }
 

@@ -166,6 +166,18 @@ static DAT_LMR_TRIPLET seg(const struct dat_x *x, const uint8_t *p, size_t len)
 	return t;
 }
 
+/* `len` bytes at `off` in the peer's RDMA region. */
+static DAT_RMR_TRIPLET peer_seg(const struct dat_x *x, size_t off, size_t len)
+{
+	DAT_RMR_TRIPLET r;
+
+	memset(&r, 0, sizeof(r));
+	r.rmr_context = x->peer_rctx;
+	r.virtual_address = x->peer_addr + off;
+	r.segment_length = (DAT_SEG_LENGTH)len;
+	return r;
+}
+
 static DAT_DTO_COOKIE cookie(struct dat_x *x)
 {
 	DAT_DTO_COOKIE c;
@@ -197,13 +209,9 @@ static int x_post_rdma(void *p, size_t len, bool write)
 {
 	struct dat_x *x = p;
 	DAT_LMR_TRIPLET t = seg(x, write ? x->buf + 2 * x->region : x->buf + x->region, len);
-	DAT_RMR_TRIPLET r;
+	DAT_RMR_TRIPLET r = peer_seg(x, 0, len);
 	DAT_RETURN rc;
 
-	memset(&r, 0, sizeof(r));
-	r.rmr_context = x->peer_rctx;
-	r.virtual_address = x->peer_addr;
-	r.segment_length = (DAT_SEG_LENGTH)len;
 	rc = write ? dat_ep_post_rdma_write(x->ep, 1, &t, cookie(x), &r, DAT_COMPLETION_DEFAULT_FLAG) :
 		     dat_ep_post_rdma_read(x->ep, 1, &t, cookie(x), &r, DAT_COMPLETION_DEFAULT_FLAG);
 	if (rc == DAT_SUCCESS)
@@ -571,18 +579,15 @@ static int x_mt_up(void *p, uint32_t n, uint32_t window)
 	return x_conn_up(p, n, window);
 }
 
+/* Writer k's slice of the send region to its slice of the peer's. */
 static int x_mt_write(void *p, uint32_t k)
 {
 	struct dat_x *x = p;
 	DAT_LMR_TRIPLET t = seg(x, x->buf + 2 * x->region + k * PERF_MT_SIZE, PERF_MT_SIZE);
-	DAT_RMR_TRIPLET r;
+	DAT_RMR_TRIPLET r = peer_seg(x, k * PERF_MT_SIZE, PERF_MT_SIZE);
 	DAT_DTO_COOKIE c = { .as_64 = k };
 	DAT_RETURN rc;
 
-	memset(&r, 0, sizeof(r));
-	r.rmr_context = x->peer_rctx;
-	r.virtual_address = x->peer_addr + k * PERF_MT_SIZE;	/* a slice each */
-	r.segment_length = PERF_MT_SIZE;
 	rc = dat_ep_post_rdma_write(x->ceps[k], 1, &t, c, &r, DAT_COMPLETION_DEFAULT_FLAG);
 	return rc == DAT_SUCCESS ? 0 : dat_fail(rc, "dat_ep_post_rdma_write");
 }
