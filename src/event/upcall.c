@@ -143,8 +143,6 @@ int dfi_disp_start(struct dfi_disp *d, int nthreads, int budget)
 		t->d = d;
 		pthread_cond_init(&t->wake, NULL);
 		rc = pthread_create(&t->tid, NULL, disp_main, t);
-		if (!rc)
-			pthread_setname_np(t->tid, "dfi-upcall");
 		if (rc) {
 			pthread_cond_destroy(&t->wake);
 			dfi_err(DFI_SS_EVD, "upcall dispatcher: thread %d of %d: %s", i + 1,
@@ -152,6 +150,7 @@ int dfi_disp_start(struct dfi_disp *d, int nthreads, int budget)
 			dfi_disp_stop(d);
 			return -rc;
 		}
+		pthread_setname_np(t->tid, "dfi-upcall");	/* for top -H, gdb */
 		d->nthreads++;
 	}
 	dfi_dbg(DFI_SS_EVD, "upcall dispatcher %p: %d threads, budget %d", (void *)d,
