@@ -14,6 +14,7 @@
 #define DFI_DAT_H
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <pthread.h>
@@ -159,15 +160,25 @@ struct dfi_dto {
 	struct { void *addr; size_t len; } sg[4];
 };
 
+/* An EP's descriptors of one direction, without a lock.  The posts on the
+ * EP take descriptors (always under the EP's post_lock: one taker at a
+ * time); CQ reads, from any thread, give them back.  A slot is a credit:
+ * taken at the post, given back when the completion is read if it is not
+ * reported, else when the consumer reaps its event (a verbs QP's slot is
+ * busy until then too).  Taker-side fields are written by the taker only;
+ * everyone else adds to the atomic counts and pushes onto `returned`. */
 struct dfi_dto_pool {
-	pthread_mutex_t lock;
 	struct dfi_dto *d;
-	int n, free_head, outstanding;
-	/* completions read into an EVD but not yet reaped by the consumer:
-	 * they still hold a work queue slot, as on a verbs QP.  Raised under
-	 * the lock (with outstanding lowered in the same section), lowered
-	 * without it when the consumer reaps (cq_consumed, on its path). */
-	_Atomic int undequeued;
+	int n;
+	int free_head;			/* the taker's free list (post_lock) */
+	/* descriptors given back, a stack pushed by CQ readers (CAS) and taken
+	 * whole by the taker (exchange), so no pop can meet a recycled head */
+	_Atomic int returned;
+	/* counts that only grow (unsigned, so they may wrap): slots in use =
+	 * taken - released; posted and not yet read from a CQ = taken - read */
+	_Atomic unsigned taken;		/* written by the taker only */
+	_Atomic unsigned released;
+	_Atomic unsigned read;
 	struct dfi_dto_pool *next_zombie;
 };
 
@@ -213,7 +224,7 @@ struct dfi_ep {
 	 * pending) changes only under both the IA's cm_lock and post_lock,
 	 * and is read under either: a post takes post_lock alone, so posts on
 	 * different EPs, and the CM, never wait for one another.  Lock order:
-	 * cm_lock -> IA lock -> post_lock -> EVD lock -> DTO pool lock. */
+	 * cm_lock -> IA lock -> post_lock -> EVD lock (a DTO pool has none). */
 	pthread_mutex_t post_lock;
 	DAT_EP_ATTR attr;
 	DAT_EP_STATE state;
@@ -416,10 +427,16 @@ int dfi_evd_cq(struct dfi_evd *evd, struct dfi_cq **cq);
 void dfi_evd_cq_close(struct dfi_evd *evd);
 struct dfi_dto_pool *dfi_dto_pool_new(int n);
 void dfi_dto_pool_release(struct dfi_ia *ia, struct dfi_dto_pool *p);
-/* Whether descriptors of p are posted and not yet read from the CQ. */
+/* Descriptors of p posted (early receives included) and not yet read
+ * from the CQ; whether there are any. */
+int dfi_dto_pool_posted(struct dfi_dto_pool *p);
 bool dfi_dto_pool_busy(struct dfi_dto_pool *p);
+/* Whether no slot of p is in use: nothing posted, nothing left to reap. */
+bool dfi_dto_pool_idle(struct dfi_dto_pool *p);
 void dfi_zombies_free(struct dfi_ia *ia);
+/* post_lock held: a free descriptor, or -1 if every slot is in use. */
 int dfi_dto_get(struct dfi_dto_pool *p);
+/* post_lock held: a descriptor taken and not posted after all. */
 void dfi_dto_put(struct dfi_dto_pool *p, int i);
 void dfi_ep_flush_pending(struct dfi_ep *ep);
 DAT_RETURN dfi_ep_post_send(DAT_EP_HANDLE, DAT_COUNT, DAT_LMR_TRIPLET *, DAT_DTO_COOKIE,

@@ -35,78 +35,96 @@ struct dfi_dto_pool *dfi_dto_pool_new(int n)
 		free(p);
 		return NULL;
 	}
-	pthread_mutex_init(&p->lock, NULL);
 	p->n = n;
 	for (int i = 0; i < n; i++) {
 		p->d[i].pool = p;
 		p->d[i].next = i + 1 < n ? i + 1 : -1;
 	}
 	p->free_head = n ? 0 : -1;
+	atomic_init(&p->returned, -1);
 	return p;
 }
 
 static void pool_free(struct dfi_dto_pool *p)
 {
-	pthread_mutex_destroy(&p->lock);
 	free(p->d);
 	free(p);
 }
 
+/* No lock and no atomic read-modify-write on the post's path: the credit
+ * check reads `released`, which CQ readers raise only after they pushed
+ * the descriptors back, so a free slot always has a free descriptor. */
 int dfi_dto_get(struct dfi_dto_pool *p)
 {
+	unsigned taken = atomic_load_explicit(&p->taken, memory_order_relaxed);
 	int i;
 
-	pthread_mutex_lock(&p->lock);
-	i = p->outstanding + atomic_load_explicit(&p->undequeued, memory_order_relaxed) < p->n ?
-	    p->free_head : -1;
-	if (i >= 0) {
-		p->free_head = p->d[i].next;
-		p->outstanding++;
-	}
-	pthread_mutex_unlock(&p->lock);
+	if (taken - atomic_load_explicit(&p->released, memory_order_acquire) >= (unsigned)p->n)
+		return -1;
+	if (p->free_head < 0)
+		p->free_head = atomic_exchange_explicit(&p->returned, -1, memory_order_acquire);
+	i = p->free_head;
+	if (i < 0)
+		return -1;	/* cannot happen (see above); refuse rather than crash */
+	p->free_head = p->d[i].next;
+	atomic_store_explicit(&p->taken, taken + 1, memory_order_relaxed);
 	return i;
 }
 
 void dfi_dto_put(struct dfi_dto_pool *p, int i)
 {
-	pthread_mutex_lock(&p->lock);
 	p->d[i].next = p->free_head;
 	p->free_head = i;
-	p->outstanding--;
-	pthread_mutex_unlock(&p->lock);
+	atomic_store_explicit(&p->taken,
+			      atomic_load_explicit(&p->taken, memory_order_relaxed) - 1,
+			      memory_order_relaxed);
 }
 
-/* Completions read from the CQ, a run of one pool's descriptors (idx[],
- * `reported` of them reported): the descriptors return to the free list
- * and the reported ones' credits move from outstanding to undequeued in the
- * same critical section.  Done in two, a dfi_dto_get in between sees a
- * descriptor counted twice and refuses a legal post.  One lock per run, not
- * per completion: a stream's batch comes from one EP. */
+/* Descriptors read from the CQ, a run of one pool's (idx[], `reported` of
+ * them reported): they go back on the returned stack, then the unreported
+ * ones' slots are released (the reported ones' when their events are
+ * reaped, cq_consumed).  One push per run, not per completion: a stream's
+ * batch comes from one EP. */
 static void dto_complete(struct dfi_dto_pool *p, const int *idx, int n, int reported)
 {
+	int head;
+
 	if (!p || !n)
 		return;
-	pthread_mutex_lock(&p->lock);
-	if (reported)
-		atomic_fetch_add_explicit(&p->undequeued, reported, memory_order_relaxed);
-	for (int k = 0; k < n; k++) {
-		p->d[idx[k]].next = p->free_head;
-		p->free_head = idx[k];
-	}
-	p->outstanding -= n;
-	pthread_mutex_unlock(&p->lock);
+	for (int k = 0; k + 1 < n; k++)
+		p->d[idx[k]].next = idx[k + 1];
+	head = atomic_load_explicit(&p->returned, memory_order_relaxed);
+	do
+		p->d[idx[n - 1]].next = head;
+	while (!atomic_compare_exchange_weak_explicit(&p->returned, &head, idx[0],
+						      memory_order_release, memory_order_relaxed));
+	/* release: what this thread read of the descriptors (dto_event)
+	 * happens before a free of the pool that sees it idle */
+	atomic_fetch_add_explicit(&p->read, (unsigned)n, memory_order_release);
+	if (n > reported)
+		atomic_fetch_add_explicit(&p->released, (unsigned)(n - reported),
+					  memory_order_release);
+}
+
+/* Each difference loads the count that trails first: taken can only have
+ * grown since, so the difference is never negative. */
+int dfi_dto_pool_posted(struct dfi_dto_pool *p)
+{
+	unsigned read = atomic_load_explicit(&p->read, memory_order_acquire);
+
+	return (int)(atomic_load_explicit(&p->taken, memory_order_relaxed) - read);
 }
 
 bool dfi_dto_pool_busy(struct dfi_dto_pool *p)
 {
-	int out;
+	return p && dfi_dto_pool_posted(p) > 0;
+}
 
-	if (!p)
-		return false;
-	pthread_mutex_lock(&p->lock);
-	out = p->outstanding;
-	pthread_mutex_unlock(&p->lock);
-	return out > 0;
+bool dfi_dto_pool_idle(struct dfi_dto_pool *p)
+{
+	unsigned released = atomic_load_explicit(&p->released, memory_order_acquire);
+
+	return atomic_load_explicit(&p->taken, memory_order_relaxed) == released;
 }
 
 /* A freed EP's pool with completions still in a CQ stays until IA close,
@@ -247,7 +265,7 @@ static void cq_consumed(void *ctx, const DAT_EVENT *ev)
 		return;
 	}
 	p = e->operation == DAT_DTO_RECEIVE ? ep->recvq : ep->sendq;
-	atomic_fetch_sub_explicit(&p->undequeued, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&p->released, 1, memory_order_release);
 }
 
 static const struct dfi_evq_source_ops cq_source = {
@@ -319,7 +337,8 @@ void dfi_ep_flush_pending(struct dfi_ep *ep)
 		dto_event(d, &c, &ev);
 		if (ep->recv_evd)
 			dfi_evq_post(&ep->recv_evd->q, &ev);
-		dfi_dto_put(ep->recvq, idx[k]);
+		/* not from a CQ: no reap gives the slot back, this does */
+		dto_complete(ep->recvq, &idx[k], 1, 0);
 	}
 }
 

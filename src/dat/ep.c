@@ -287,14 +287,10 @@ DAT_RETURN dfi_ep_get_status(DAT_EP_HANDLE h, DAT_EP_STATE *state, DAT_BOOLEAN *
 	if (recv_idle && ep->srq) {
 		*recv_idle = dfi_srq_ep_idle(ep) ? DAT_TRUE : DAT_FALSE;
 	} else if (recv_idle) {
-		pthread_mutex_lock(&ep->recvq->lock);
-		*recv_idle = ep->recvq->outstanding + ep->recvq->undequeued == 0;
-		pthread_mutex_unlock(&ep->recvq->lock);
+		*recv_idle = dfi_dto_pool_idle(ep->recvq) ? DAT_TRUE : DAT_FALSE;
 	}
 	if (req_idle) {
-		pthread_mutex_lock(&ep->sendq->lock);
-		*req_idle = ep->sendq->outstanding + ep->sendq->undequeued == 0;
-		pthread_mutex_unlock(&ep->sendq->lock);
+		*req_idle = dfi_dto_pool_idle(ep->sendq) ? DAT_TRUE : DAT_FALSE;
 	}
 	return DAT_SUCCESS;
 }
@@ -405,16 +401,6 @@ static void ep_attr_merge(DAT_EP_ATTR *to, const DAT_EP_ATTR *from, DAT_EP_PARAM
 #undef TAKE
 }
 
-static bool pool_idle(struct dfi_dto_pool *p)
-{
-	bool idle;
-
-	pthread_mutex_lock(&p->lock);
-	idle = p->outstanding + p->undequeued == 0;
-	pthread_mutex_unlock(&p->lock);
-	return idle;
-}
-
 /* dat_ep_modify: an EP that is UNCONNECTED, with nothing posted (early
  * receives included) and nothing to reap, takes a new PZ, EVDs and
  * attributes.  Everything is checked before anything changes; an EP of an
@@ -486,7 +472,7 @@ DAT_RETURN dfi_ep_modify(DAT_EP_HANDLE h, DAT_EP_PARAM_MASK mask, const DAT_EP_P
 	pthread_mutex_lock(&ia->cm_lock);
 	pthread_mutex_lock(&ep->post_lock);
 	busy = ep->state != DAT_EP_STATE_UNCONNECTED || ep->fep || ep->npending ||
-	       !pool_idle(ep->sendq) || !pool_idle(ep->recvq);
+	       !dfi_dto_pool_idle(ep->sendq) || !dfi_dto_pool_idle(ep->recvq);
 	if (!busy) {
 		ep_refs(ep, -1);	/* the old EVDs and their notification models */
 		ep->recv_evd = recv;

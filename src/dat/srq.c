@@ -761,9 +761,7 @@ DAT_RETURN dfi_ep_recv_query(DAT_EP_HANDLE h, DAT_COUNT *nbufs, DAT_COUNT *span)
 	} else {
 		/* posted to the EP and not completed; an RC EP fills them in
 		 * order, so the span is the count */
-		pthread_mutex_lock(&ep->recvq->lock);
-		n = ep->recvq->outstanding;
-		pthread_mutex_unlock(&ep->recvq->lock);
+		n = dfi_dto_pool_posted(ep->recvq);
 	}
 	if (nbufs)
 		*nbufs = n;
