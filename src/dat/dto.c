@@ -98,12 +98,14 @@ static void dto_complete(struct dfi_dto_pool *p, const int *idx, int n, int repo
 		p->d[idx[n - 1]].next = head;
 	while (!atomic_compare_exchange_weak_explicit(&p->returned, &head, idx[0],
 						      memory_order_release, memory_order_relaxed));
-	/* release: what this thread read of the descriptors (dto_event)
-	 * happens before a free of the pool that sees it idle */
-	atomic_fetch_add_explicit(&p->read, (unsigned)n, memory_order_release);
 	if (n > reported)
 		atomic_fetch_add_explicit(&p->released, (unsigned)(n - reported),
 					  memory_order_release);
+	/* Last, and release: once `read` shows the run, the pool may be
+	 * freed (dfi_dto_pool_busy), so nothing here touches it after this,
+	 * and what this thread read of the descriptors (dto_event) happens
+	 * before the free. */
+	atomic_fetch_add_explicit(&p->read, (unsigned)n, memory_order_release);
 }
 
 /* Each difference loads the count that trails first: taken can only have
