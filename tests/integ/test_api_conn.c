@@ -1133,6 +1133,133 @@ static void test_stream_100k_in_order(void **state)
 	alarm(0);
 }
 
+/* One stream message client -> server: sequence number `seq` in the send
+ * buffer's slot seq % STREAM_WIN, as stream_rx checks it.  Returns the
+ * post's status. */
+static DAT_RETURN stream_send(struct pair *p, uint32_t seq, DAT_COMPLETION_FLAGS flags)
+{
+	uint32_t slot = seq % STREAM_WIN;
+	uint8_t *m = p->c.buf + STREAM_MSG * slot;
+	uint64_t v = seq;
+
+	memcpy(m, &v, sizeof(v));
+	fill(m + 8, STREAM_MSG - 8, seq);
+	return post_send1(&p->c, STREAM_MSG * slot, STREAM_MSG, seq, flags);
+}
+
+/* The server takes what has arrived (checked and reposted by stream_rx). */
+static void stream_drain(struct pair *p, uint32_t *received)
+{
+	DAT_EVENT ev;
+
+	while (dat_evd_dequeue(p->s.rcv, &ev) == DAT_SUCCESS)
+		stream_rx(p, &ev, received);
+}
+
+#define CREDIT_MAX	8	/* the client's max_request_dtos */
+#define CREDIT_ROUNDS	300
+#define CREDIT_SUPPRESSED 20000u
+
+/* A request slot is a credit: taken by the post, given back when the
+ * consumer reaps the completion (or, for a suppressed one, when the CQ is
+ * read).  Here the progress thread reads the client's request CQ, from
+ * its own thread, while the test posts: (1) round after round, exactly
+ * max_request_dtos signalled sends are accepted and the next is refused
+ * until they are reaped - also after a pause in which the progress thread
+ * reads their completions (the descriptors are back, the credits are
+ * not); (2) 20000 suppressed sends, which this consumer never reaps:
+ * a refused post succeeds again once the progress thread has read the
+ * CQ, nothing is lost or reordered, and at the end the request queue is
+ * idle with no event on its EVD. */
+static void test_stream_credits_across_threads(void **state)
+{
+	struct pair *p = *state;
+	DAT_EP_ATTR a = ep_attr(CREDIT_MAX, EP_DTOS);
+	uint32_t sent = 0, received = 0, refused = 0;
+	DAT_BOOLEAN req_idle = DAT_FALSE;
+	uint64_t deadline;
+	DAT_RETURN rc;
+	char b[160];
+
+	watchdog(__func__, 120);
+	assert_ok(dat_ep_free(p->c.ep));
+	assert_ok(side_ep(&p->c, &a));
+	for (uint32_t i = 0; i < STREAM_RECVS; i++)
+		assert_ok(post_recv1(&p->s, STREAM_MSG * i, STREAM_MSG, i));
+	establish(p);
+
+	for (int r = 0; r < CREDIT_ROUNDS; r++) {
+		uint32_t first = sent;
+
+		for (int i = 0; i < CREDIT_MAX; i++) {
+			rc = stream_send(p, sent, DAT_COMPLETION_DEFAULT_FLAG);
+			if (rc != DAT_SUCCESS)
+				fail_msg("credits: round %d: send %d of %d refused (%s): a slot "
+					 "leaked", r, i + 1, CREDIT_MAX, rc_name(rc, b, sizeof(b)));
+			sent++;
+		}
+		/* Now and then a pause longer than the progress thread's
+		 * longest backoff (10 ms): it reads the completions into the
+		 * EVD meanwhile, and their descriptors come back. */
+		if (r % 10 == 1)
+			sleep_ms(20);
+		rc = stream_send(p, sent, DAT_COMPLETION_DEFAULT_FLAG);
+		if (rc == DAT_SUCCESS)
+			fail_msg("credits: round %d: send %d accepted with %d signalled sends "
+				 "unreaped: a slot given back twice", r, CREDIT_MAX + 1, CREDIT_MAX);
+		assert_err(rc, DAT_INSUFFICIENT_RESOURCES);
+		for (uint32_t i = first; i < sent; i++)
+			expect_dto(p->c.req, p->c.ep, i, DAT_DTO_SEND, DAT_DTO_SUCCESS, STREAM_MSG,
+				   2000, "credits: signalled send");
+		deadline = now_ns() + UINT64_C(5) * 1000000000u;
+		while (received < sent) {
+			DAT_EVENT ev;
+
+			if (wait_ev(p->s.rcv, 100, &ev) == DAT_SUCCESS)
+				stream_rx(p, &ev, &received);
+			if (now_ns() > deadline)
+				fail_msg("credits: round %d: %u of %u messages received", r,
+					 received, sent);
+		}
+	}
+
+	deadline = now_ns() + UINT64_C(30) * 1000000000u;
+	for (uint32_t n = 0; n < CREDIT_SUPPRESSED;) {
+		rc = stream_send(p, sent, DAT_COMPLETION_SUPPRESS_FLAG);
+		if (rc == DAT_SUCCESS) {
+			sent++;
+			n++;
+		} else if (DAT_GET_TYPE(rc) == DAT_INSUFFICIENT_RESOURCES) {
+			refused++;	/* every slot in flight: wait for the CQ's reader */
+		} else {
+			fail_msg("credits: suppressed send %u: %s", n, rc_name(rc, b, sizeof(b)));
+		}
+		stream_drain(p, &received);
+		if (now_ns() > deadline)
+			fail_msg("credits: after 30 s, %u of %u suppressed sends posted (%u refused "
+				 "posts): their slots do not come back", n, CREDIT_SUPPRESSED, refused);
+	}
+	while (received < sent) {
+		DAT_EVENT ev;
+
+		if (wait_ev(p->s.rcv, 100, &ev) == DAT_SUCCESS)
+			stream_rx(p, &ev, &received);
+		if (now_ns() > deadline)
+			fail_msg("credits: %u of %u messages received", received, sent);
+	}
+	do {
+		assert_ok(dat_ep_get_status(p->c.ep, NULL, NULL, &req_idle));
+		if (!req_idle)
+			sleep_ms(1);
+	} while (!req_idle && now_ns() < deadline);
+	if (!req_idle)
+		fail_msg("credits: every message arrived, but the request queue is still busy");
+	expect_empty(p->c.req, 100, "credits: request EVD after suppressed sends");
+	print_message("# %u messages; %u suppressed posts refused while every slot was in "
+		      "flight\n", sent, refused);
+	alarm(0);
+}
+
 /* ====================================================== 4. disconnect */
 
 /* Wait until `n` receive completions came back (any status) on `evd`;
@@ -3340,6 +3467,7 @@ int main(int argc, char **argv)
 		TP(test_request_queue_full),
 		/* 3. stream */
 		TP(test_stream_100k_in_order),
+		TP(test_stream_credits_across_threads),
 		/* 4. disconnect */
 		TP(test_disconnect_flushes),
 		/* 5. peer death */
