@@ -691,6 +691,25 @@ static DAT_EVENT_NUMBER error_event(int err, bool connected)
 	}
 }
 
+/* The connection ended under libfabric: the peer closed it, or it broke.
+ * libfabric flushed what was posted when it found out, but a receive
+ * posted between then and this event (the EP still looked connected)
+ * would sit in its queue for ever: nothing reads a dead connection.  The
+ * EP is DISCONNECTED now (cm_lock held), so no later post reaches the
+ * endpoint; every receive descriptor is cancelled (one libfabric does not
+ * queue is ignored), and a stale one comes back flushed.  A send posted
+ * in the same window is written to the socket at once and completes or
+ * fails there (libfabric cannot cancel a send); only one that found the
+ * socket full could stay, which a dead peer's socket is not. */
+static void cancel_stale_recvs(struct dfi_ep *ep)
+{
+	pthread_mutex_lock(&ep->post_lock);
+	if (ep->fep && !ep->srq)
+		for (int i = 0; i < ep->recvq->n; i++)
+			dfi_fep_cancel(ep->fep, &ep->recvq->d[i]);
+	pthread_mutex_unlock(&ep->post_lock);
+}
+
 /* Translate one CM event (cm_lock held) into at most one DAT event. */
 static void translate(struct dfi_ia *ia, struct dfi_cm_event *e, struct cm_post *p)
 {
@@ -733,6 +752,7 @@ static void translate(struct dfi_ia *ia, struct dfi_cm_event *e, struct cm_post 
 		}
 		if (ep->state != DAT_EP_STATE_DISCONNECTED) {
 			dfi_ep_set_state(ep, DAT_EP_STATE_DISCONNECTED);
+			cancel_stale_recvs(ep);
 			srq_ep_ended(p, ep);
 			conn_event(p, ep, DAT_CONNECTION_EVENT_DISCONNECTED, NULL, 0);
 		}
@@ -745,6 +765,7 @@ static void translate(struct dfi_ia *ia, struct dfi_cm_event *e, struct cm_post 
 			break;
 		dfi_dbg(DFI_SS_CM, "EP %p: connection error %s", (void *)ep, strerror(e->err));
 		dfi_ep_set_state(ep, DAT_EP_STATE_DISCONNECTED);
+		cancel_stale_recvs(ep);
 		srq_ep_ended(p, ep);
 		conn_event(p, ep, pending ? DAT_CONNECTION_EVENT_DISCONNECTED :
 			   error_event(e->err, was), e->pdata, e->plen);

@@ -334,6 +334,11 @@ int dfi_fep_shutdown(struct dfi_fep *e)
 	return fi_shutdown(e->ep, 0);
 }
 
+void dfi_fep_cancel(struct dfi_fep *e, void *ctx)
+{
+	(void)fi_cancel(&e->ep->fid, ctx);
+}
+
 void dfi_fep_close(struct dfi_fep *e)
 {
 	int rc;

@@ -139,6 +139,9 @@ int dfi_fep_open(struct dfi_fabric *f, struct dfi_eq *eq, void *req,
 int dfi_fep_connect(struct dfi_fep *fep, const void *pdata, size_t plen);
 int dfi_fep_accept(struct dfi_fep *fep, const void *pdata, size_t plen);
 int dfi_fep_shutdown(struct dfi_fep *fep);
+/* Cancel the receive posted with context ctx, if libfabric still queues it
+ * (it then completes with ECANCELED); any other ctx is ignored. */
+void dfi_fep_cancel(struct dfi_fep *fep, void *ctx);
 void dfi_fep_close(struct dfi_fep *fep);
 int dfi_fep_peer(struct dfi_fep *fep, struct sockaddr_in *peer);
 
