@@ -1354,7 +1354,8 @@ static void test_disconnect_flushes(void **state)
 
 /* The peer, in its own process: connect to 127.0.0.1:PORT, then
  *   exit:   send 8 messages (reaped), post 8 more and _exit() at once;
- *   stream: send 64-byte messages with a window of 16 until killed. */
+ *   stream: send 64-byte messages with a window of 16 until killed;
+ *   sink:   receive 64-byte messages, 64 receives posted, until killed. */
 static int peer_child_main(const char *port_s, const char *mode)
 {
 	struct side c;
@@ -1394,6 +1395,23 @@ static int peer_child_main(const char *port_s, const char *mode)
 						_exit(5);
 		}
 		_exit(0);	/* mid-stream: 8 sends in flight, nothing closed */
+	}
+	if (strcmp(mode, "sink") == 0) {
+		for (uint32_t i = 0; i < 64; i++)
+			if (post_recv1(&c, 64 * i, 64, i) != DAT_SUCCESS)
+				_exit(4);
+		for (;;) {	/* until SIGKILL (or the alarm) */
+			const DAT_DTO_COMPLETION_EVENT_DATA *d =
+				&ev.event_data.dto_completion_event_data;
+
+			if (wait_ev(c.rcv, 5000, &ev) != DAT_SUCCESS ||
+			    ev.event_number != DAT_DTO_COMPLETION_EVENT ||
+			    d->status != DAT_DTO_SUCCESS)
+				_exit(5);
+			if (post_recv1(&c, 64 * (d->user_cookie.as_64 % 64), 64,
+				       d->user_cookie.as_64) != DAT_SUCCESS)
+				_exit(6);
+		}
 	}
 	for (;;) {		/* stream: until SIGKILL (or the alarm) */
 		while (outstanding < 16) {
@@ -1606,6 +1624,109 @@ static void test_peer_sigkilled_mid_stream(void **state)
 {
 	watchdog(__func__, 60);
 	peer_dies(*state, "stream");
+	alarm(0);
+}
+
+/* The other direction: the peer receives a stream of sends and is killed
+ * mid-stream.  The server posts on (a window of 16) until its connection
+ * event, sends after the peer's death included; every send posted comes
+ * back, done or flushed, and the EP ends DISCONNECTED. */
+static void test_peer_sigkilled_while_receiving(void **state)
+{
+	struct pair *p = *state;
+	uint32_t sent = 0, back = 0, ok = 0, flushed = 0, other = 0;
+	DAT_EVENT_NUMBER conn_ev = 0;
+	DAT_DTO_COMPLETION_STATUS first_other = DAT_DTO_SUCCESS;
+	bool conn_end = false, killed = false;
+	uint64_t t0, tdead = 0;
+	DAT_CR_HANDLE cr;
+	DAT_EVENT ev;
+	const DAT_DTO_COMPLETION_EVENT_DATA *d = &ev.event_data.dto_completion_event_data;
+	pid_t pid;
+	char b[160];
+
+	watchdog(__func__, 60);
+	pid = spawn_peer(p->port, "sink");
+	cr = wait_cr(&p->s, p->psp, p->port);
+	assert_ok(dat_cr_accept(cr, p->s.ep, 0, NULL));
+	expect_conn(p->s.conn, DAT_CONNECTION_EVENT_ESTABLISHED, p->s.ep, 5000, "server", NULL);
+	t0 = now_ns();
+	while (!conn_end) {
+		bool moved = false;
+
+		while (dat_evd_dequeue(p->s.req, &ev) == DAT_SUCCESS) {
+			back++;
+			if (ev.event_number != DAT_DTO_COMPLETION_EVENT || d->ep_handle != p->s.ep)
+				other++;
+			else if (d->status == DAT_DTO_SUCCESS)
+				ok++;
+			else if (d->status == DAT_DTO_ERR_FLUSHED)
+				flushed++;
+			else if (!other++)
+				first_other = d->status;
+			moved = true;
+		}
+		/* posted after the reap and before the look at the connection
+		 * EVD: once the peer is dead, these are the window's sends */
+		while (sent - back < 16) {
+			DAT_RETURN rc = post_send1(&p->s, 64 * (sent % 16), 64, sent,
+						   DAT_COMPLETION_DEFAULT_FLAG);
+
+			if (rc != DAT_SUCCESS)
+				fail_msg("send %u to the %s peer: %s", sent, killed ? "killed" : "live",
+					 rc_name(rc, b, sizeof(b)));
+			sent++;
+			moved = true;
+		}
+		if (dat_evd_dequeue(p->s.conn, &ev) == DAT_SUCCESS) {
+			conn_end = true;
+			conn_ev = ev.event_number;
+		}
+		if (!killed && ok >= 2000) {
+			int status;
+
+			kill(pid, SIGKILL);
+			status = reap_within(pid, 5000);
+			assert_true(status >= 0 && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+			killed = true;
+			tdead = now_ns();
+		}
+		if (!killed && ms_since(t0) > 10000)
+			fail_msg("stream to the peer: only %u sends done in 10 s%s", ok,
+				 conn_end ? " (the connection ended early)" : "");
+		if (killed && !conn_end && ms_since(tdead) > 5000)
+			fail_msg("peer killed: no connection event on the sending side within 5 s "
+				 "(%u sent, %u back: %u done, %u flushed, %u other; EP state %d)",
+				 sent, back, ok, flushed, other, (int)ep_state(p->s.ep));
+		if (!moved)
+			sleep_ms(1);
+	}
+	if (!killed)
+		fail_msg("the connection ended before the peer was killed (%s after %u sends)",
+			 ev_name(conn_ev), ok);
+	while (back < sent && ms_since(tdead) < 10000) {
+		if (wait_ev(p->s.req, 100, &ev) != DAT_SUCCESS)
+			continue;
+		back++;
+		if (ev.event_number == DAT_DTO_COMPLETION_EVENT && d->ep_handle == p->s.ep &&
+		    d->status == DAT_DTO_SUCCESS)
+			ok++;
+		else if (ev.event_number == DAT_DTO_COMPLETION_EVENT && d->ep_handle == p->s.ep &&
+			 d->status == DAT_DTO_ERR_FLUSHED)
+			flushed++;
+		else if (!other++)
+			first_other = d->status;
+	}
+	print_message("# peer killed while receiving: %s after %u ms; %u sends: %u done, "
+		      "%u flushed, %u failed (%s first)\n", ev_name(conn_ev), ms_since(tdead),
+		      sent, ok, flushed, other, other ? status_name(first_other) : "none");
+	if (back < sent)
+		fail_msg("peer killed: %u of %u sends never came back within 10 s of the kill",
+			 sent - back, sent);
+	if (!is_conn_end(conn_ev))
+		fail_msg("peer killed: the sender got %s, expected DISCONNECTED or BROKEN",
+			 ev_name(conn_ev));
+	assert_int_equal(ep_state(p->s.ep), DAT_EP_STATE_DISCONNECTED);
 	alarm(0);
 }
 
@@ -3483,6 +3604,7 @@ int main(int argc, char **argv)
 		/* 5. peer death */
 		TP(test_peer_exits_mid_stream),
 		TP(test_peer_sigkilled_mid_stream),
+		TP(test_peer_sigkilled_while_receiving),
 		/* 6. EP freed with completions due */
 		TP(test_ep_free_with_completions_pending),
 		TP(test_psp_free_keeps_pending_crs),
