@@ -691,19 +691,21 @@ static DAT_EVENT_NUMBER error_event(int err, bool connected)
 	}
 }
 
-/* The connection ended under libfabric: the peer closed it, or it broke.
- * libfabric flushed what was posted when it found out, but a receive
- * posted between then and this event (the EP still looked connected)
- * would sit in its queue for ever: nothing reads a dead connection.  The
- * EP is DISCONNECTED now (cm_lock held), so no later post reaches the
- * endpoint; every receive descriptor is cancelled (one libfabric does not
- * queue is ignored), and a stale one comes back flushed.  A send posted
- * in the same window is written to the socket at once and completes or
- * fails there (libfabric cannot cancel a send); only one that found the
- * socket full could stay, which a dead peer's socket is not. */
-static void cancel_stale_recvs(struct dfi_ep *ep)
+/* The connection ended under libfabric (cm_lock held): the peer closed
+ * it, or it broke.  libfabric flushed what was posted when it found out,
+ * but a receive posted between then and this event (the EP still looked
+ * connected) would sit in its queue for ever: nothing reads a dead
+ * connection.  Once the EP is DISCONNECTED no later post reaches the
+ * endpoint; under the same post_lock every receive descriptor is
+ * cancelled (one libfabric does not queue is ignored), and a stale one
+ * comes back flushed.  A send posted in the same window is written to the
+ * socket at once and completes or fails there (libfabric cannot cancel a
+ * send); only one that found the socket full could stay, which a dead
+ * peer's socket is not. */
+static void ep_lost(struct dfi_ep *ep)
 {
 	pthread_mutex_lock(&ep->post_lock);
+	ep->state = DAT_EP_STATE_DISCONNECTED;
 	if (ep->fep && !ep->srq)
 		for (int i = 0; i < ep->recvq->n; i++)
 			dfi_fep_cancel(ep->fep, &ep->recvq->d[i]);
@@ -751,8 +753,7 @@ static void translate(struct dfi_ia *ia, struct dfi_cm_event *e, struct cm_post 
 			p->has_pre = p->q != NULL;
 		}
 		if (ep->state != DAT_EP_STATE_DISCONNECTED) {
-			dfi_ep_set_state(ep, DAT_EP_STATE_DISCONNECTED);
-			cancel_stale_recvs(ep);
+			ep_lost(ep);
 			srq_ep_ended(p, ep);
 			conn_event(p, ep, DAT_CONNECTION_EVENT_DISCONNECTED, NULL, 0);
 		}
@@ -764,8 +765,7 @@ static void translate(struct dfi_ia *ia, struct dfi_cm_event *e, struct cm_post 
 		if (ep->state == DAT_EP_STATE_DISCONNECTED)
 			break;
 		dfi_dbg(DFI_SS_CM, "EP %p: connection error %s", (void *)ep, strerror(e->err));
-		dfi_ep_set_state(ep, DAT_EP_STATE_DISCONNECTED);
-		cancel_stale_recvs(ep);
+		ep_lost(ep);
 		srq_ep_ended(p, ep);
 		conn_event(p, ep, pending ? DAT_CONNECTION_EVENT_DISCONNECTED :
 			   error_event(e->err, was), e->pdata, e->plen);

@@ -187,13 +187,9 @@ static DAT_RETURN ep_create(DAT_IA_HANDLE h, DAT_PZ_HANDLE pzh, DAT_EVD_HANDLE r
 	pthread_mutex_init(&ep->post_lock, NULL);
 	ep->sendq = dfi_dto_pool_new(a.max_request_dtos);
 	ep->recvq = dfi_dto_pool_new(srq ? 0 : a.max_recv_dtos);
-	if (!ep->sendq || !ep->recvq) {
-		dfi_dto_pool_release(ia, ep->sendq);
-		dfi_dto_pool_release(ia, ep->recvq);
-		pthread_mutex_destroy(&ep->post_lock);
-		dfi_obj_retire(ep);
-		return DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_MEMORY);
-	}
+	rc = DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_MEMORY);
+	if (!ep->sendq || !ep->recvq)
+		goto undo;
 	ep->pz = pz;
 	ep->recv_evd = recv;
 	ep->req_evd = req;
@@ -202,13 +198,8 @@ static DAT_RETURN ep_create(DAT_IA_HANDLE h, DAT_PZ_HANDLE pzh, DAT_EVD_HANDLE r
 	ep->state = DAT_EP_STATE_UNCONNECTED;
 	if (srq) {
 		rc = dfi_srq_attach(srq, ep);
-		if (rc != DAT_SUCCESS) {
-			dfi_dto_pool_release(ia, ep->sendq);
-			dfi_dto_pool_release(ia, ep->recvq);
-			pthread_mutex_destroy(&ep->post_lock);
-		dfi_obj_retire(ep);
-			return rc;
-		}
+		if (rc != DAT_SUCCESS)
+			goto undo;
 	}
 	pthread_mutex_lock(&ia->lock);
 	pz->refs++;
@@ -216,6 +207,13 @@ static DAT_RETURN ep_create(DAT_IA_HANDLE h, DAT_PZ_HANDLE pzh, DAT_EVD_HANDLE r
 	ep_refs(ep, +1);
 	*out = ep;
 	return DAT_SUCCESS;
+
+undo:
+	dfi_dto_pool_release(ia, ep->sendq);
+	dfi_dto_pool_release(ia, ep->recvq);
+	pthread_mutex_destroy(&ep->post_lock);
+	dfi_obj_retire(ep);
+	return rc;
 }
 
 DAT_RETURN dfi_ep_create(DAT_IA_HANDLE h, DAT_PZ_HANDLE pzh, DAT_EVD_HANDLE recvh,
