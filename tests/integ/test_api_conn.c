@@ -1063,6 +1063,20 @@ static void stream_rx(struct pair *p, const DAT_EVENT *ev, uint32_t *received)
 			 rc_name(rc, b, sizeof(b)));
 }
 
+/* One stream message client -> server: sequence number `seq` in the send
+ * buffer's slot seq % STREAM_WIN, as stream_rx checks it.  Returns the
+ * post's status. */
+static DAT_RETURN stream_send(struct pair *p, uint32_t seq, DAT_COMPLETION_FLAGS flags)
+{
+	uint32_t slot = seq % STREAM_WIN;
+	uint8_t *m = p->c.buf + STREAM_MSG * slot;
+	uint64_t v = seq;
+
+	memcpy(m, &v, sizeof(v));
+	fill(m + 8, STREAM_MSG - 8, seq);
+	return post_send1(&p->c, STREAM_MSG * slot, STREAM_MSG, seq, flags);
+}
+
 /* 100000 sends of 64 bytes client -> server, a window of 32 outstanding
  * sends, receives reposted: each sequence number arrives once, in order,
  * with its payload intact, within 20 s. */
@@ -1086,14 +1100,7 @@ static void test_stream_100k_in_order(void **state)
 		DAT_RETURN rc;
 
 		while (outstanding < STREAM_WIN && sent < STREAM_N) {
-			uint32_t slot = sent % STREAM_WIN;
-			uint8_t *m = p->c.buf + STREAM_MSG * slot;
-			uint64_t seq = sent;
-
-			memcpy(m, &seq, sizeof(seq));
-			fill(m + 8, STREAM_MSG - 8, (unsigned)sent);
-			rc = post_send1(&p->c, STREAM_MSG * slot, STREAM_MSG, sent,
-					DAT_COMPLETION_DEFAULT_FLAG);
+			rc = stream_send(p, sent, DAT_COMPLETION_DEFAULT_FLAG);
 			if (rc != DAT_SUCCESS)
 				fail_msg("stream: dat_ep_post_send #%u (%u outstanding) returned %s", sent,
 					 outstanding, rc_name(rc, b, sizeof(b)));
@@ -1131,20 +1138,6 @@ static void test_stream_100k_in_order(void **state)
 	}
 	expect_empty(p->s.rcv, 100, "stream: server receive EVD after the last message");
 	alarm(0);
-}
-
-/* One stream message client -> server: sequence number `seq` in the send
- * buffer's slot seq % STREAM_WIN, as stream_rx checks it.  Returns the
- * post's status. */
-static DAT_RETURN stream_send(struct pair *p, uint32_t seq, DAT_COMPLETION_FLAGS flags)
-{
-	uint32_t slot = seq % STREAM_WIN;
-	uint8_t *m = p->c.buf + STREAM_MSG * slot;
-	uint64_t v = seq;
-
-	memcpy(m, &v, sizeof(v));
-	fill(m + 8, STREAM_MSG - 8, seq);
-	return post_send1(&p->c, STREAM_MSG * slot, STREAM_MSG, seq, flags);
 }
 
 /* The server takes what has arrived (checked and reposted by stream_rx). */
@@ -1571,7 +1564,7 @@ static void peer_dies(struct pair *p, const char *mode)
 		 * in flight when it dies, more than the receives posted.  The
 		 * end of the connection is read after them, and receives are
 		 * reposted up to it, some in the window between libfabric's
-		 * flush and the DISCONNECTED event (cancel_stale_recvs). */
+		 * flush and the DISCONNECTED event (ep_lost, conn.c). */
 		sleep_ms(50);
 		kill(pid, SIGKILL);
 		status = reap_within(pid, 5000);
@@ -1627,6 +1620,27 @@ static void test_peer_sigkilled_mid_stream(void **state)
 	alarm(0);
 }
 
+/* Counts of the sends that came back to a sender whose peer died. */
+struct sent_back {
+	uint32_t back, ok, flushed, other;
+	DAT_DTO_COMPLETION_STATUS first_other;
+};
+
+static void sent_back_count(struct sent_back *k, const DAT_EVENT *ev, DAT_EP_HANDLE ep)
+{
+	const DAT_DTO_COMPLETION_EVENT_DATA *d = &ev->event_data.dto_completion_event_data;
+
+	k->back++;
+	if (ev->event_number != DAT_DTO_COMPLETION_EVENT || d->ep_handle != ep)
+		k->other++;
+	else if (d->status == DAT_DTO_SUCCESS)
+		k->ok++;
+	else if (d->status == DAT_DTO_ERR_FLUSHED)
+		k->flushed++;
+	else if (!k->other++)
+		k->first_other = d->status;
+}
+
 /* The other direction: the peer receives a stream of sends and is killed
  * mid-stream.  The server posts on (a window of 16) until its connection
  * event, sends after the peer's death included; every send posted comes
@@ -1634,14 +1648,13 @@ static void test_peer_sigkilled_mid_stream(void **state)
 static void test_peer_sigkilled_while_receiving(void **state)
 {
 	struct pair *p = *state;
-	uint32_t sent = 0, back = 0, ok = 0, flushed = 0, other = 0;
+	struct sent_back k = { .first_other = DAT_DTO_SUCCESS };
+	uint32_t sent = 0;
 	DAT_EVENT_NUMBER conn_ev = 0;
-	DAT_DTO_COMPLETION_STATUS first_other = DAT_DTO_SUCCESS;
 	bool conn_end = false, killed = false;
 	uint64_t t0, tdead = 0;
 	DAT_CR_HANDLE cr;
 	DAT_EVENT ev;
-	const DAT_DTO_COMPLETION_EVENT_DATA *d = &ev.event_data.dto_completion_event_data;
 	pid_t pid;
 	char b[160];
 
@@ -1655,20 +1668,12 @@ static void test_peer_sigkilled_while_receiving(void **state)
 		bool moved = false;
 
 		while (dat_evd_dequeue(p->s.req, &ev) == DAT_SUCCESS) {
-			back++;
-			if (ev.event_number != DAT_DTO_COMPLETION_EVENT || d->ep_handle != p->s.ep)
-				other++;
-			else if (d->status == DAT_DTO_SUCCESS)
-				ok++;
-			else if (d->status == DAT_DTO_ERR_FLUSHED)
-				flushed++;
-			else if (!other++)
-				first_other = d->status;
+			sent_back_count(&k, &ev, p->s.ep);
 			moved = true;
 		}
 		/* posted after the reap and before the look at the connection
 		 * EVD: once the peer is dead, these are the window's sends */
-		while (sent - back < 16) {
+		while (sent - k.back < 16) {
 			DAT_RETURN rc = post_send1(&p->s, 64 * (sent % 16), 64, sent,
 						   DAT_COMPLETION_DEFAULT_FLAG);
 
@@ -1682,7 +1687,7 @@ static void test_peer_sigkilled_while_receiving(void **state)
 			conn_end = true;
 			conn_ev = ev.event_number;
 		}
-		if (!killed && ok >= 2000) {
+		if (!killed && k.ok >= 2000) {
 			int status;
 
 			kill(pid, SIGKILL);
@@ -1692,37 +1697,27 @@ static void test_peer_sigkilled_while_receiving(void **state)
 			tdead = now_ns();
 		}
 		if (!killed && ms_since(t0) > 10000)
-			fail_msg("stream to the peer: only %u sends done in 10 s%s", ok,
+			fail_msg("stream to the peer: only %u sends done in 10 s%s", k.ok,
 				 conn_end ? " (the connection ended early)" : "");
 		if (killed && !conn_end && ms_since(tdead) > 5000)
 			fail_msg("peer killed: no connection event on the sending side within 5 s "
 				 "(%u sent, %u back: %u done, %u flushed, %u other; EP state %d)",
-				 sent, back, ok, flushed, other, (int)ep_state(p->s.ep));
+				 sent, k.back, k.ok, k.flushed, k.other, (int)ep_state(p->s.ep));
 		if (!moved)
 			sleep_ms(1);
 	}
 	if (!killed)
 		fail_msg("the connection ended before the peer was killed (%s after %u sends)",
-			 ev_name(conn_ev), ok);
-	while (back < sent && ms_since(tdead) < 10000) {
-		if (wait_ev(p->s.req, 100, &ev) != DAT_SUCCESS)
-			continue;
-		back++;
-		if (ev.event_number == DAT_DTO_COMPLETION_EVENT && d->ep_handle == p->s.ep &&
-		    d->status == DAT_DTO_SUCCESS)
-			ok++;
-		else if (ev.event_number == DAT_DTO_COMPLETION_EVENT && d->ep_handle == p->s.ep &&
-			 d->status == DAT_DTO_ERR_FLUSHED)
-			flushed++;
-		else if (!other++)
-			first_other = d->status;
-	}
+			 ev_name(conn_ev), k.ok);
+	while (k.back < sent && ms_since(tdead) < 10000)
+		if (wait_ev(p->s.req, 100, &ev) == DAT_SUCCESS)
+			sent_back_count(&k, &ev, p->s.ep);
 	print_message("# peer killed while receiving: %s after %u ms; %u sends: %u done, "
 		      "%u flushed, %u failed (%s first)\n", ev_name(conn_ev), ms_since(tdead),
-		      sent, ok, flushed, other, other ? status_name(first_other) : "none");
-	if (back < sent)
+		      sent, k.ok, k.flushed, k.other, k.other ? status_name(k.first_other) : "none");
+	if (k.back < sent)
 		fail_msg("peer killed: %u of %u sends never came back within 10 s of the kill",
-			 sent - back, sent);
+			 sent - k.back, sent);
 	if (!is_conn_end(conn_ev))
 		fail_msg("peer killed: the sender got %s, expected DISCONNECTED or BROKEN",
 			 ev_name(conn_ev));
