@@ -306,7 +306,8 @@ int dfi_fep_open(struct dfi_fabric *f, struct dfi_eq *eq, void *req,
 err_ep:
 	fi_close(&e->ep->fid);
 err:
-	fi_freeinfo(e->info);
+	if (!req)
+		fi_freeinfo(e->info);
 	free(e);
 	return rc;
 }

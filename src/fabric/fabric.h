@@ -131,7 +131,8 @@ void dfi_srx_close(struct dfi_srx *srx);
 
 /* Active endpoints.  Created from a connection request (passive side) or
  * for a destination (active side), bound to the EQ and CQs (and to srx, if
- * not NULL: its receives then come from there), enabled. */
+ * not NULL: its receives then come from there), enabled.  The endpoint owns
+ * the request once it is open; on failure it stays the caller's. */
 int dfi_fep_open(struct dfi_fabric *f, struct dfi_eq *eq, void *req,
 		 const struct sockaddr_in *dest, struct dfi_cq *txcq, struct dfi_cq *rxcq,
 		 struct dfi_srx *srx, size_t tx_size, size_t rx_size, void *ctx,
