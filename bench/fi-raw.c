@@ -12,9 +12,19 @@
  * So the difference between the two programs' figures is what dapl-ofi and
  * the DAT registry add: nothing else differs.
  *
- *   fi-raw [-P prov] [-A local_addr] [-n port] ...            server
- *   fi-raw [-P prov] [-A local_addr] -h host -t ... -m poll|wait   client
+ *   fi-raw [-P prov] [-A local_addr] [-M bytes] [-n port] ...      server
+ *   fi-raw [-P prov] [-A local_addr] [-M bytes] -h host -t ... -m poll|wait
+ *                                                                   client
  *   fi-raw -t wake [-m poll|wait]       thread wake-up floor (eventfd)
+ *
+ * -M bytes makes fi-raw a consumer shaped like a DAT process: a second
+ * thread (idle), and for the conn test bytes of its own state allocated
+ * and written before each of its endpoints, as a DAT provider's EP objects
+ * sit between libfabric's.  Both matter on libfabric 1.17 tcp,
+ * whose read of an empty CQ visits every endpoint bound to it and takes
+ * each one's mutex: glibc takes a mutex with a locked instruction only
+ * once a process has a second thread, and the visits touch more pages when
+ * the endpoints lie further apart (bench/RESULTS.md).
  *
  * Modes: poll = fi_cq_read spinning; wait = fi_cq_read, fi_trywait, then
  * poll(2) on the CQ's fd (FI_GETWAIT): the blocking pattern of
@@ -45,6 +55,8 @@
 
 static struct perf_opts opts = { .prog = TOOL };
 static const char *local_addr = "127.0.0.1";
+static bool threaded;		/* -M: a second, idle thread */
+static size_t ep_state;		/* -M: bytes of own state per conn endpoint */
 
 static int fi_fail(int rc, const char *call)
 {
@@ -75,6 +87,7 @@ struct raw_x {
 	 * completion of ep that conn_drain met, for x_recv_done */
 	struct fid_ep **ceps;
 	uint32_t nceps;
+	void **cstate;			/* -M: each endpoint's own state */
 	/* write_mt: each client endpoint's own transmit CQ, window + 4 deep */
 	struct fid_cq **ccqs;
 	int *ccqfds;
@@ -289,6 +302,14 @@ static int conn_ep(struct raw_x *x, struct fi_info *req, uint32_t i)
 	 * share its DTO EVDs: the ping-pong then runs on CQs that N idle
 	 * endpoints share.  They post nothing, so nothing of theirs lands
 	 * there, and the CQs' 1024 entries need not grow with N. */
+	if (ep_state && x->cstate) {
+		x->cstate[i] = malloc(ep_state);
+		if (!x->cstate[i]) {
+			fi_freeinfo(ei);
+			return fi_fail(-FI_ENOMEM, "malloc (-M)");
+		}
+		memset(x->cstate[i], 0, ep_state);
+	}
 	rc = fi_endpoint(x->domain, ei, ep, NULL);
 	if (!rc && !(rc = fi_ep_bind(*ep, &x->eq->fid, 0)) &&
 	    !(rc = fi_ep_bind(*ep, &tx->fid, FI_TRANSMIT)) &&
@@ -351,6 +372,8 @@ static int x_conn_up(void *p, uint32_t n, uint32_t window)
 
 	x->ceps = calloc(n, sizeof(*x->ceps));
 	if (!x->ceps)
+		return PERF_ERR;
+	if (ep_state && !(x->cstate = calloc(n, sizeof(*x->cstate))))
 		return PERF_ERR;
 	x->nceps = 0;
 	while (up < n) {
@@ -468,6 +491,10 @@ static int x_conn_down(void *p, uint32_t n)
 		return PERF_ERR;
 	free(x->ceps);
 	x->ceps = NULL;
+	for (uint32_t i = 0; x->cstate && i < x->nceps; i++)
+		free(x->cstate[i]);
+	free(x->cstate);
+	x->cstate = NULL;
 	x->nceps = 0;
 	return 0;
 }
@@ -984,22 +1011,42 @@ static int test_wake(void)
 	return 0;
 }
 
+/* -M's second thread: it only has to exist */
+static void *idle_thread(void *arg)
+{
+	(void)arg;
+	for (;;)
+		pause();
+	return NULL;
+}
+
 int main(int argc, char **argv)
 {
 	struct perf_plan *pl = &opts.plan;
+	uint32_t v;
 	int rc;
 
-	/* -A local_addr is fi-raw's own: the DAT IA gets it from dat.conf */
-	for (int i = 1; i + 1 < argc; i++)
+	/* -A local_addr and -M bytes are fi-raw's own: the DAT IA gets its
+	 * address from dat.conf, and is a threaded process with EP objects */
+	for (int i = 1; i + 1 < argc;) {
 		if (!strcmp(argv[i], "-A")) {
 			local_addr = argv[i + 1];
-			memmove(&argv[i], &argv[i + 2], (size_t)(argc - i - 2) * sizeof(*argv));
-			argc -= 2;
-			argv[argc] = NULL;
-			break;
+		} else if (!strcmp(argv[i], "-M")) {
+			if (perf_parse_uint(argv[i + 1], "-M bytes", 0, 1u << 24, &v))
+				return PERF_EXIT_USAGE;
+			ep_state = v;
+			threaded = true;
+		} else {
+			i++;
+			continue;
 		}
+		memmove(&argv[i], &argv[i + 2], (size_t)(argc - i - 2) * sizeof(*argv));
+		argc -= 2;
+		argv[argc] = NULL;
+	}
 	rc = perf_parse_opts(argc, argv, &opts, "libfabric provider (-A sets the local "
-			     "address, default 127.0.0.1)", "tcp");
+			     "address, default 127.0.0.1; -M bytes: an idle second thread "
+			     "and bytes of own state per conn endpoint)", "tcp");
 	if (rc)
 		return rc < 0 ? 0 : rc;
 	if (pl->mode == M_CNO || pl->mode == M_UPCALL) {
@@ -1017,6 +1064,15 @@ int main(int argc, char **argv)
 				"alone)\n", TOOL, perf_tests[t].name);
 			return PERF_EXIT_USAGE;
 		}
+	}
+	if (threaded) {
+		pthread_t t;
+
+		if ((rc = pthread_create(&t, NULL, idle_thread, NULL))) {
+			fprintf(stderr, "%s: -M: pthread_create: %s\n", TOOL, strerror(rc));
+			return PERF_EXIT_USAGE;
+		}
+		pthread_detach(t);
 	}
 	signal(SIGPIPE, SIG_IGN);
 	perf_raise_nofile();
