@@ -9,7 +9,10 @@
 # them up.  A TAP "ok ... # SKIP why" counts as skipped, not passed.
 set -u
 variant=$1 B=$2 scope=${3:-all}
+# the valgrind variant runs the stock programs of the plain build again: its
+# logs go beside, not over, the plain run's
 logdir=$B/test-logs
+[ "$variant" = valgrind ] && logdir=$B/test-logs/valgrind
 mkdir -p "$logdir"
 pass=0 fail=0 skip=0
 
@@ -111,8 +114,9 @@ fi
 # RDMA write arriving as proof that the whole buffer did, which no RDMA
 # transport promises (libfabric tcp lands a write with memcpy; measured here,
 # the last byte shows first in about 1 copy in 100).  clients.sh runs that
-# case once more on exactly that failure; the same pattern, checked
-# properly, is test_api_conn's test_rdma_write_pingpong_data_check.
+# case again on exactly that failure, up to three runs in all; the same
+# pattern, checked properly, is test_api_conn's
+# test_rdma_write_pingpong_data_check.
 if [ "$scope" != unit ] && [ -x tests/stock/clients.sh ]; then
 	B=$B CLIENTS_WRAP="$stock_wrap" CLIENTS_CASES="${CLIENTS_CASES:-dtest-default dtest-p \
 dtest-c dtest-w dtest-u dtest-rr dtest-pingpong dtest-allsizes dtest-datacheck dtestcm-poll \
