@@ -1149,6 +1149,21 @@ static void stream_drain(struct pair *p, uint32_t *received)
 		stream_rx(p, &ev, received);
 }
 
+/* The server takes messages until `upto` have arrived; past deadline the
+ * test fails, `what` saying where. */
+static void stream_recv_until(struct pair *p, uint32_t *received, uint32_t upto,
+			      uint64_t deadline, const char *what)
+{
+	DAT_EVENT ev;
+
+	while (*received < upto) {
+		if (wait_ev(p->s.rcv, 100, &ev) == DAT_SUCCESS)
+			stream_rx(p, &ev, received);
+		if (now_ns() > deadline)
+			fail_msg("%s: %u of %u messages received", what, *received, upto);
+	}
+}
+
 #define CREDIT_MAX	8	/* the client's max_request_dtos */
 #define CREDIT_ROUNDS	300
 #define CREDIT_SUPPRESSED 20000u
@@ -1172,7 +1187,7 @@ static void test_stream_credits_across_threads(void **state)
 	DAT_BOOLEAN req_idle = DAT_FALSE;
 	uint64_t deadline;
 	DAT_RETURN rc;
-	char b[160];
+	char b[160], what[64];
 
 	watchdog(__func__, 120);
 	assert_ok(dat_ep_free(p->c.ep));
@@ -1204,16 +1219,8 @@ static void test_stream_credits_across_threads(void **state)
 		for (uint32_t i = first; i < sent; i++)
 			expect_dto(p->c.req, p->c.ep, i, DAT_DTO_SEND, DAT_DTO_SUCCESS, STREAM_MSG,
 				   2000, "credits: signalled send");
-		deadline = now_ns() + UINT64_C(5) * 1000000000u;
-		while (received < sent) {
-			DAT_EVENT ev;
-
-			if (wait_ev(p->s.rcv, 100, &ev) == DAT_SUCCESS)
-				stream_rx(p, &ev, &received);
-			if (now_ns() > deadline)
-				fail_msg("credits: round %d: %u of %u messages received", r,
-					 received, sent);
-		}
+		snprintf(what, sizeof(what), "credits: round %d", r);
+		stream_recv_until(p, &received, sent, now_ns() + UINT64_C(5) * 1000000000u, what);
 	}
 
 	deadline = now_ns() + UINT64_C(30) * 1000000000u;
@@ -1232,14 +1239,7 @@ static void test_stream_credits_across_threads(void **state)
 			fail_msg("credits: after 30 s, %u of %u suppressed sends posted (%u refused "
 				 "posts): their slots do not come back", n, CREDIT_SUPPRESSED, refused);
 	}
-	while (received < sent) {
-		DAT_EVENT ev;
-
-		if (wait_ev(p->s.rcv, 100, &ev) == DAT_SUCCESS)
-			stream_rx(p, &ev, &received);
-		if (now_ns() > deadline)
-			fail_msg("credits: %u of %u messages received", received, sent);
-	}
+	stream_recv_until(p, &received, sent, deadline, "credits");
 	do {
 		assert_ok(dat_ep_get_status(p->c.ep, NULL, NULL, &req_idle));
 		if (!req_idle)
