@@ -50,8 +50,6 @@ int dfi_mr_reg(struct dfi_fabric *f, const void *addr, size_t len, unsigned acce
 	       struct dfi_mr **mr, uint32_t *key);
 void dfi_mr_dereg(struct dfi_mr *mr);
 
-#endif
-
 /* ------------------------------------------------------------ connections
  * One event queue per IA carries every connection-management event.  Its
  * fd and the CQ fds are watched by the IA's progress thread (progress.c):
@@ -159,3 +157,5 @@ int dfi_post_write(struct dfi_fep *fep, const struct dfi_sge *sg, int n, uint64_
 		   uint32_t rkey, void *ctx);
 int dfi_post_read(struct dfi_fep *fep, const struct dfi_sge *sg, int n, uint64_t raddr,
 		  uint32_t rkey, void *ctx);
+
+#endif
