@@ -3,7 +3,7 @@
  *
  * It runs the very same test bodies (tools/perf_common.h) over libfabric
  * directly, with the settings dapl-ofi uses (src/fabric/fabric.c, cm.c):
- * FI_EP_MSG, FI_MSG|FI_RMA, FI_SOCKADDR_IN, mode FI_CONTEXT, mr_mode hints
+ * FI_EP_MSG, FI_MSG|FI_RMA, FI_SOCKADDR_IN, no mode bits, mr_mode hints
  * LOCAL|VIRT_ADDR|ALLOCATED|PROV_KEY and then VIRT_ADDR|PROV_KEY forced into
  * the domain, FI_THREAD_SAFE, queues of 1024 asked for, node + FI_SOURCE,
  * one EQ (FI_WAIT_FD) and a transmit and a receive CQ (FI_CQ_FORMAT_MSG,
@@ -80,7 +80,7 @@ struct raw_x {
 	uint8_t *buf;			/* rx | rdma | tx */
 	size_t region;
 	uint64_t peer_addr, peer_key;
-	struct fi_context fctx[2];	/* op contexts (FI_CONTEXT is asked for) */
+	struct fi_context fctx[2];	/* op contexts */
 	bool server;
 	struct sockaddr_in peer;	/* client: the server */
 	/* conn: the endpoints of a phase (bound to txcq and rxcq); a receive
@@ -578,7 +578,7 @@ static int fabric_open(struct raw_x *x)
 	h->ep_attr->type = FI_EP_MSG;
 	h->caps = FI_MSG | FI_RMA;
 	h->addr_format = FI_SOCKADDR_IN;
-	h->mode = FI_CONTEXT;
+	h->mode = 0;		/* as dapl-ofi's hints */
 	h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED |
 				  FI_MR_PROV_KEY;
 	h->domain_attr->threading = FI_THREAD_SAFE;

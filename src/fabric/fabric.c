@@ -58,7 +58,12 @@ static struct fi_info *make_hints(const char *prov, const char *domain)
 	h->ep_attr->type = FI_EP_MSG;
 	h->caps = FI_MSG | FI_RMA;
 	h->addr_format = FI_SOCKADDR_IN;
-	h->mode = FI_CONTEXT;
+	/* No mode bits: the context of every post is our own descriptor, with
+	 * no struct fi_context in front for a provider to write in.  A
+	 * provider that needs FI_CONTEXT is not offered rather than handed
+	 * memory it would scribble on (tcp, verbs and sockets MSG endpoints
+	 * need none). */
+	h->mode = 0;
 	h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED |
 				  FI_MR_PROV_KEY;
 	h->domain_attr->threading = FI_THREAD_SAFE;
