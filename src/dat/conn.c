@@ -367,7 +367,7 @@ static int ep_post_early(struct dfi_ep *ep, struct dfi_fep *fep)
 
 	for (int k = 0; k < ep->npending; k++) {
 		struct dfi_dto *d = &ep->recvq->d[ep->pending[k]];
-		struct dfi_sge sg[4];
+		struct dfi_sge sg[DFI_MAX_SGE];
 
 		for (int j = 0; j < d->nsg; j++)
 			sg[j] = (struct dfi_sge){ d->sg[j].addr, d->sg[j].len, NULL };

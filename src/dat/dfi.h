@@ -23,6 +23,7 @@
 #include <dat2/dat_registry.h>
 
 #include "event/event.h"
+#include "fabric/fabric.h"
 #include "util/daterr.h"
 #include "util/log.h"
 
@@ -157,7 +158,7 @@ struct dfi_dto {
 	bool suppress;			/* no event, the slot is freed */
 	int next;			/* free list */
 	int nsg;			/* receives posted before the connection */
-	struct { void *addr; size_t len; } sg[4];
+	struct { void *addr; size_t len; } sg[DFI_MAX_SGE];
 };
 
 /* An EP's descriptors of one direction, without a lock.  The posts on the

@@ -362,7 +362,7 @@ static DAT_RETURN post_locked(struct dfi_ep *ep, DAT_COUNT nseg, DAT_LMR_TRIPLET
 			      struct post_after *after)
 {
 	struct dfi_dto_pool *pool;
-	struct dfi_sge sg[4];
+	struct dfi_sge sg[DFI_MAX_SGE];
 	DAT_COUNT maxseg;
 	struct dfi_dto *d;
 	DAT_VLEN total = 0;

@@ -16,7 +16,7 @@ static DAT_RETURN ep_attr_resolve(struct dfi_ia *ia, const DAT_EP_ATTR *in, DAT_
 {
 	const struct dfi_fabric_limits *l = dfi_fabric_limits(ia->fab);
 	DAT_COUNT max_dtos = (DAT_COUNT)(l->tx_size < l->rx_size ? l->tx_size : l->rx_size);
-	DAT_COUNT max_iov = (DAT_COUNT)(l->iov_limit > 16 ? 16 : l->iov_limit);
+	DAT_COUNT max_iov = (DAT_COUNT)(l->iov_limit > DFI_MAX_SGE ? DFI_MAX_SGE : l->iov_limit);
 	DAT_SEG_LENGTH max_msg = l->max_msg_size > 0x80000000u ? 0x80000000u :
 				 (DAT_SEG_LENGTH)l->max_msg_size;
 

@@ -459,7 +459,7 @@ static void *sge_desc(const struct dfi_sge *sg)
 
 static int fill_iov(const struct dfi_sge *sg, int n, struct iovec *iov, void **desc)
 {
-	if (n > 4)
+	if (n > DFI_MAX_SGE)
 		return -EINVAL;
 	for (int i = 0; i < n; i++) {
 		iov[i].iov_base = sg[i].addr;
@@ -479,8 +479,8 @@ static int post_rc(ssize_t rc)
  * post (callgrind, 64 B ping-pong), and one segment is the common case. */
 static int msg(struct fid_ep *ep, const struct dfi_sge *sg, int n, void *ctx, bool send)
 {
-	struct iovec iov[4];
-	void *desc[4];
+	struct iovec iov[DFI_MAX_SGE];
+	void *desc[DFI_MAX_SGE];
 	int rc;
 
 	if (n <= 1) {
@@ -515,8 +515,8 @@ int dfi_srx_post_recv(struct dfi_srx *x, const struct dfi_sge *sg, int n, void *
 static int rma(struct dfi_fep *e, const struct dfi_sge *sg, int n, uint64_t raddr,
 	       uint32_t rkey, void *ctx, bool write)
 {
-	struct iovec iov[4];
-	void *desc[4];
+	struct iovec iov[DFI_MAX_SGE];
+	void *desc[DFI_MAX_SGE];
 	size_t total = 0;
 	struct fi_rma_iov riov;
 	struct fi_msg_rma msg = {

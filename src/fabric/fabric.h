@@ -149,6 +149,9 @@ struct dfi_sge {
 	size_t len;
 	struct dfi_mr *mr;	/* NULL: none needed */
 };
+/* Segments per post, at most: the EP and IA limits are capped here
+ * (ep.c, ia.c), and every segment array of a post is this long. */
+#define DFI_MAX_SGE	16
 /* Post operations; ctx comes back in the completion.  -EAGAIN: queue full. */
 int dfi_post_send(struct dfi_fep *fep, const struct dfi_sge *sg, int n, void *ctx);
 int dfi_post_recv(struct dfi_fep *fep, const struct dfi_sge *sg, int n, void *ctx);
