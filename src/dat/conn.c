@@ -13,6 +13,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* A consumer call that starts a CM step: for the progress thread's EQ
@@ -365,20 +366,22 @@ static int ep_post_early(struct dfi_ep *ep, struct dfi_fep *fep)
 {
 	int rc;
 
-	for (int k = 0; k < ep->npending; k++) {
-		struct dfi_dto *d = &ep->recvq->d[ep->pending[k]];
+	for (int k = 0; k < ep->n_early; k++) {
+		const struct dfi_early *e = &ep->early[k];
 		struct dfi_sge sg[DFI_MAX_SGE];
 
-		for (int j = 0; j < d->nsg; j++)
-			sg[j] = (struct dfi_sge){ d->sg[j].addr, d->sg[j].len, NULL };
-		rc = dfi_post_recv(fep, sg, d->nsg, d);
+		for (int j = 0; j < e->nsg; j++)
+			sg[j] = (struct dfi_sge){ e->sg[j].addr, e->sg[j].len, NULL };
+		rc = dfi_post_recv(fep, sg, e->nsg, &ep->recvq->d[e->idx]);
 		if (rc) {
 			dfi_err(DFI_SS_EP, "EP %p: posting an early receive: %s", (void *)ep,
 				strerror(-rc));
 			return rc;
 		}
 	}
-	ep->npending = 0;
+	free(ep->early);
+	ep->early = NULL;
+	ep->n_early = ep->early_cap = 0;
 	return 0;
 }
 

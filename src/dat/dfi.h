@@ -148,7 +148,10 @@ struct dfi_lmr {
 	struct dfi_lmr *base;		/* DAT_MEM_TYPE_LMR: the LMR it shares */
 };
 
-/* A posted operation, the context libfabric hands back in its completion. */
+/* A posted operation, the context libfabric hands back in its completion.
+ * Every EP has one per queue slot, so it stays small (40 bytes): the
+ * segments of a receive posted before the connection wait beside it, in
+ * the EP's `early` list, not here. */
 struct dfi_dto {
 	struct dfi_ep *ep;
 	struct dfi_dto_pool *pool;
@@ -157,7 +160,13 @@ struct dfi_dto {
 	DAT_DTOS op;
 	bool suppress;			/* no event, the slot is freed */
 	int next;			/* free list */
-	int nsg;			/* receives posted before the connection */
+};
+
+/* A receive posted before its EP had a libfabric endpoint: its descriptor
+ * and segments, posted at the connect or accept (conn.c, ep_post_early). */
+struct dfi_early {
+	int idx;			/* in the EP's recvq */
+	int nsg;
 	struct { void *addr; size_t len; } sg[DFI_MAX_SGE];
 };
 
@@ -216,13 +225,13 @@ struct dfi_srq {
 };
 
 /* An endpoint.  The libfabric endpoint is created when it connects or
- * accepts; receives posted before that wait in `pending`. */
+ * accepts; receives posted before that wait in `early`. */
 struct dfi_ep {
 	struct dfi_obj hdr;
 	struct dfi_pz *pz;
 	struct dfi_evd *recv_evd, *req_evd, *conn_evd;
 	/* What a post reads (attr, state, fep, the DTO EVDs, sendq, recvq,
-	 * pending) changes only under both the IA's cm_lock and post_lock,
+	 * early) changes only under both the IA's cm_lock and post_lock,
 	 * and is read under either: a post takes post_lock alone, so posts on
 	 * different EPs, and the CM, never wait for one another.  Lock order:
 	 * cm_lock -> IA lock -> post_lock -> EVD lock (a DTO pool has none). */
@@ -232,7 +241,10 @@ struct dfi_ep {
 	struct dfi_fep *fep;
 	uint64_t connect_deadline;	/* dat_ep_connect's timeout, ns; 0: none (cm_lock) */
 	struct dfi_dto_pool *sendq, *recvq;
-	int pending[64], npending;	/* recv descriptors posted before fep */
+	/* receives posted before fep, in order: allocated at the first, freed
+	 * once they are posted or flushed */
+	struct dfi_early *early;
+	int n_early, early_cap;
 	struct sockaddr_in remote;
 	DAT_CONN_QUAL remote_port;
 	uint8_t pdata[256];		/* private data of the last connection event */

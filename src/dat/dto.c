@@ -318,21 +318,50 @@ void dfi_evd_cq_close(struct dfi_evd *evd)
 
 /* ----------------------------------------------------------------- posts */
 
+/* Keep a receive posted before the EP has its libfabric endpoint (post_lock
+ * held).  The list starts at the first one, sized for the receive queue up
+ * to 16 entries, and doubles: the queue's depth bounds it. */
+static int early_add(struct dfi_ep *ep, int idx, const struct dfi_sge *sg, int n)
+{
+	struct dfi_early *e;
+
+	if (ep->n_early == ep->early_cap) {
+		int cap = ep->early_cap ? 2 * ep->early_cap :
+			  ep->recvq->n < 16 ? ep->recvq->n : 16;
+		struct dfi_early *more = realloc(ep->early, (size_t)cap * sizeof(*more));
+
+		if (!more)
+			return -ENOMEM;
+		ep->early = more;
+		ep->early_cap = cap;
+	}
+	e = &ep->early[ep->n_early++];
+	e->idx = idx;
+	e->nsg = n;
+	for (int k = 0; k < n; k++) {
+		e->sg[k].addr = sg[k].addr;
+		e->sg[k].len = sg[k].len;
+	}
+	return 0;
+}
+
 /* Receives posted before the connection are flushed by ep_reset/ep_free.
  * Called without ia->cm_lock: posting may run a CNO proxy agent. */
 void dfi_ep_flush_pending(struct dfi_ep *ep)
 {
-	int idx[64], n;
+	struct dfi_early *early;
+	int n;
 
 	pthread_mutex_lock(&ep->hdr.ia->cm_lock);
 	pthread_mutex_lock(&ep->post_lock);
-	n = ep->npending;
-	memcpy(idx, ep->pending, (size_t)n * sizeof(int));
-	ep->npending = 0;
+	early = ep->early;
+	n = ep->n_early;
+	ep->early = NULL;
+	ep->n_early = ep->early_cap = 0;
 	pthread_mutex_unlock(&ep->post_lock);
 	pthread_mutex_unlock(&ep->hdr.ia->cm_lock);
 	for (int k = 0; k < n; k++) {
-		struct dfi_dto *d = &ep->recvq->d[idx[k]];
+		struct dfi_dto *d = &ep->recvq->d[early[k].idx];
 		struct dfi_comp c = { .ctx = d, .err = ECANCELED };
 		DAT_EVENT ev;
 
@@ -340,8 +369,9 @@ void dfi_ep_flush_pending(struct dfi_ep *ep)
 		if (ep->recv_evd)
 			dfi_evq_post(&ep->recv_evd->q, &ev);
 		/* not from a CQ: no reap gives the slot back, this does */
-		dto_complete(ep->recvq, &idx[k], 1, 0);
+		dto_complete(ep->recvq, &early[k].idx, 1, 0);
 	}
+	free(early);
 }
 
 enum post_kind { POST_SEND, POST_RECV, POST_WRITE, POST_READ };
@@ -429,21 +459,16 @@ static DAT_RETURN post_locked(struct dfi_ep *ep, DAT_COUNT nseg, DAT_LMR_TRIPLET
 	if (!ep->fep) {
 		DAT_EP_STATE st = ep->state;
 
-		if (kind == POST_RECV && ep->npending < (int)(sizeof(ep->pending) / sizeof(int)) &&
-		    st != DAT_EP_STATE_CONNECTED && st != DAT_EP_STATE_DISCONNECTED) {
-			d->nsg = n;
-			for (int k = 0; k < n; k++) {
-				d->sg[k].addr = sg[k].addr;
-				d->sg[k].len = sg[k].len;
-			}
-			ep->pending[ep->npending++] = i;
-			return DAT_SUCCESS;
+		if (kind == POST_RECV && st != DAT_EP_STATE_CONNECTED &&
+		    st != DAT_EP_STATE_DISCONNECTED) {
+			if (!early_add(ep, i, sg, n))
+				return DAT_SUCCESS;
+			dfi_dto_put(pool, i);
+			return DFI_REJECT(DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_MEMORY),
+					  "EP %p: no memory to keep a receive posted before "
+					  "connecting (%d kept)", (void *)ep, ep->n_early);
 		}
 		dfi_dto_put(pool, i);
-		if (kind == POST_RECV)
-			return DFI_REJECT(DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_TEP),
-					  "EP %p: too many receives posted before connecting",
-					  (void *)ep);
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_STATE, DAT_INVALID_STATE_EP_UNCONNECTED),
 				  "EP %p is not connected", (void *)ep);
 	}

@@ -469,7 +469,7 @@ DAT_RETURN dfi_ep_modify(DAT_EP_HANDLE h, DAT_EP_PARAM_MASK mask, const DAT_EP_P
 
 	pthread_mutex_lock(&ia->cm_lock);
 	pthread_mutex_lock(&ep->post_lock);
-	busy = ep->state != DAT_EP_STATE_UNCONNECTED || ep->fep || ep->npending ||
+	busy = ep->state != DAT_EP_STATE_UNCONNECTED || ep->fep || ep->n_early ||
 	       !dfi_dto_pool_idle(ep->sendq) || !dfi_dto_pool_idle(ep->recvq);
 	if (!busy) {
 		ep_refs(ep, -1);	/* the old EVDs and their notification models */

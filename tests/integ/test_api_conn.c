@@ -807,6 +807,76 @@ static void test_send_recv_segments(void **state)
 	alarm(0);
 }
 
+/* More receives posted before the connection than the 64 an EP used to keep
+ * (each from its own descriptor slot, 1 or 3 segments), then the messages:
+ * every one lands in its own receive, in posting order, whole.  Then the
+ * same many on an EP that never connects: dat_ep_free flushes each, in
+ * order, cookie and all. */
+#define EARLY_N		150
+#define EARLY_STRIDE	256		/* bytes of the server's buffer per receive */
+#define EARLY_BATCH	50		/* sends in flight (the client's queue is 64) */
+static void test_many_receives_before_connect(void **state)
+{
+	struct pair *p = *state;
+	DAT_EP_ATTR a = ep_attr(EP_DTOS, 2 * EARLY_N);
+	DAT_EP_HANDLE idle;
+	uint8_t want[64];
+
+	watchdog(__func__, 60);
+	assert_ok(dat_ep_free(p->s.ep));
+	assert_ok(side_ep(&p->s, &a));
+	memset(p->s.buf, 0xee, (size_t)EARLY_N * EARLY_STRIDE);
+	for (unsigned k = 0; k < EARLY_N; k++) {
+		size_t off = (size_t)k * EARLY_STRIDE;
+		/* odd k: 64 bytes over three segments of 10, 20 and 34 */
+		DAT_LMR_TRIPLET iov[3] = { seg(&p->s, off, 10), seg(&p->s, off + 100, 20),
+					   seg(&p->s, off + 150, 34) };
+
+		if (k % 2 == 0)
+			iov[0] = seg(&p->s, off, 64);
+		assert_ok(dat_ep_post_recv(p->s.ep, k % 2 ? 3 : 1, iov, ck(0xea000 + k),
+					   DAT_COMPLETION_DEFAULT_FLAG));
+	}
+	establish(p);
+	for (unsigned k0 = 0; k0 < EARLY_N; k0 += EARLY_BATCH) {
+		for (unsigned k = k0; k < k0 + EARLY_BATCH; k++) {
+			fill(p->c.buf + (size_t)k * 64, 64, k);
+			assert_ok(post_send1(&p->c, (size_t)k * 64, 64, 0xc0000 + k,
+					     DAT_COMPLETION_DEFAULT_FLAG));
+		}
+		for (unsigned k = k0; k < k0 + EARLY_BATCH; k++)
+			expect_dto(p->c.req, p->c.ep, 0xc0000 + k, DAT_DTO_SEND, DAT_DTO_SUCCESS,
+				   64, 5000, "client send");
+	}
+	for (unsigned k = 0; k < EARLY_N; k++) {
+		const uint8_t *r = p->s.buf + (size_t)k * EARLY_STRIDE;
+
+		expect_dto(p->s.rcv, p->s.ep, 0xea000 + k, DAT_DTO_RECEIVE, DAT_DTO_SUCCESS, 64,
+			   5000, "an early receive");
+		fill(want, 64, k);
+		if (k % 2 ? memcmp(r, want, 10) || memcmp(r + 100, want + 10, 20) ||
+			    memcmp(r + 150, want + 30, 34) : memcmp(r, want, 64))
+			fail_msg("early receive %u (%s): the bytes differ from message %u", k,
+				 k % 2 ? "3 segments" : "1 segment", k);
+	}
+	expect_empty(p->s.rcv, 0, "server receive EVD after the early receives");
+
+	/* flushed when the EP goes, never connected */
+	assert_ok(dat_ep_create(p->s.ia, p->s.pz, p->s.rcv, p->s.req, p->s.conn, &a, &idle));
+	for (unsigned k = 0; k < EARLY_N; k++) {
+		DAT_LMR_TRIPLET t = seg(&p->s, (size_t)k * EARLY_STRIDE, 64);
+
+		assert_ok(dat_ep_post_recv(idle, 1, &t, ck(0xf1000 + k),
+					   DAT_COMPLETION_DEFAULT_FLAG));
+	}
+	assert_ok(dat_ep_free(idle));
+	for (unsigned k = 0; k < EARLY_N; k++)
+		expect_dto(p->s.rcv, idle, 0xf1000 + k, DAT_DTO_RECEIVE, DAT_DTO_ERR_FLUSHED, 0,
+			   2000, "an early receive flushed by dat_ep_free");
+	expect_empty(p->s.rcv, 0, "server receive EVD after the flush");
+	alarm(0);
+}
+
 /* ThreadSanitizer's runtime API (weak: NULL in other builds). */
 void __tsan_ignore_thread_begin(void) __attribute__((weak));
 void __tsan_ignore_thread_end(void) __attribute__((weak));
@@ -3587,6 +3657,7 @@ int main(int argc, char **argv)
 		TP(test_cm_posts_race_disconnect),
 		/* 2. data */
 		TP(test_send_recv_segments),
+		TP(test_many_receives_before_connect),
 		TP(test_rdma_write_read),
 		TP(test_rdma_write_then_send_ordering),
 		TP(test_suppressed_send),
