@@ -364,24 +364,19 @@ static int ep_open_fep(struct dfi_ep *ep, void *req, const struct sockaddr_in *d
  * EP's: a post cannot add one in between. */
 static int ep_post_early(struct dfi_ep *ep, struct dfi_fep *fep)
 {
-	int rc;
+	int rc, n;
 
 	for (int k = 0; k < ep->n_early; k++) {
 		const struct dfi_early *e = &ep->early[k];
-		struct dfi_sge sg[DFI_MAX_SGE];
 
-		for (int j = 0; j < e->nsg; j++)
-			sg[j] = (struct dfi_sge){ e->sg[j].addr, e->sg[j].len, NULL };
-		rc = dfi_post_recv(fep, sg, e->nsg, &ep->recvq->d[e->idx]);
+		rc = dfi_post_recv(fep, e->sg, e->nsg, &ep->recvq->d[e->idx]);
 		if (rc) {
 			dfi_err(DFI_SS_EP, "EP %p: posting an early receive: %s", (void *)ep,
 				strerror(-rc));
 			return rc;
 		}
 	}
-	free(ep->early);
-	ep->early = NULL;
-	ep->n_early = ep->early_cap = 0;
+	free(dfi_ep_early_take(ep, &n));
 	return 0;
 }
 

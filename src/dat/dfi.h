@@ -167,7 +167,7 @@ struct dfi_dto {
 struct dfi_early {
 	int idx;			/* in the EP's recvq */
 	int nsg;
-	struct { void *addr; size_t len; } sg[DFI_MAX_SGE];
+	struct dfi_sge sg[DFI_MAX_SGE];	/* as the post built them */
 };
 
 /* An EP's descriptors of one direction, without a lock.  The posts on the
@@ -243,7 +243,7 @@ struct dfi_ep {
 	struct dfi_dto_pool *sendq, *recvq;
 	/* receives posted before fep, in order: allocated at the first, freed
 	 * once they are posted or flushed */
-	struct dfi_early *early;
+	struct dfi_early *early;		/* dfi_ep_early_take */
 	int n_early, early_cap;
 	struct sockaddr_in remote;
 	DAT_CONN_QUAL remote_port;
@@ -324,6 +324,18 @@ static inline void *dfi_obj_get(const void *h, enum dfi_type type)
 	if (!o || ((uintptr_t)o & 7u) || o->type != (uint32_t)type)
 		return NULL;
 	return (void *)o;
+}
+
+/* The EP's early receives, detached (the caller frees them); *n of them.
+ * Under both cm_lock and post_lock, as every change of the list. */
+static inline struct dfi_early *dfi_ep_early_take(struct dfi_ep *ep, int *n)
+{
+	struct dfi_early *e = ep->early;
+
+	*n = ep->n_early;
+	ep->early = NULL;
+	ep->n_early = ep->early_cap = 0;
+	return e;
 }
 
 /* An EVD of `ia` fed by (one of) the `need` streams, or NULL. */

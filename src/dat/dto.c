@@ -338,10 +338,7 @@ static int early_add(struct dfi_ep *ep, int idx, const struct dfi_sge *sg, int n
 	e = &ep->early[ep->n_early++];
 	e->idx = idx;
 	e->nsg = n;
-	for (int k = 0; k < n; k++) {
-		e->sg[k].addr = sg[k].addr;
-		e->sg[k].len = sg[k].len;
-	}
+	memcpy(e->sg, sg, (size_t)n * sizeof(*sg));
 	return 0;
 }
 
@@ -354,10 +351,7 @@ void dfi_ep_flush_pending(struct dfi_ep *ep)
 
 	pthread_mutex_lock(&ep->hdr.ia->cm_lock);
 	pthread_mutex_lock(&ep->post_lock);
-	early = ep->early;
-	n = ep->n_early;
-	ep->early = NULL;
-	ep->n_early = ep->early_cap = 0;
+	early = dfi_ep_early_take(ep, &n);
 	pthread_mutex_unlock(&ep->post_lock);
 	pthread_mutex_unlock(&ep->hdr.ia->cm_lock);
 	for (int k = 0; k < n; k++) {
