@@ -7,7 +7,10 @@
  * dequeuing or waiting consumer, or the IA's progress thread when its fd
  * fires (progress.c).  A completion's context is a dfi_dto of the posting
  * EP; the conversion to a DAT_EVENT happens here, so the fabric layer knows
- * nothing of DAT.
+ * nothing of DAT.  The CQ is read in batches into its read-ahead
+ * (dfi_cq_take), and a plain dequeue with nothing in the ring takes its
+ * event from there directly (cq_read_one): on a ping-pong that skips the
+ * ring and its bookkeeping, about 200 instructions per completion.
  *
  * The receive completions of SRQ EPs come from each EP's private CQ instead
  * (srq.c): the progress thread reads them and stages them on the EVD; the
@@ -198,12 +201,12 @@ _Static_assert(DFI_CQ_BATCH >= DFI_EVQ_FILL_BATCH, "a fill must take one CQ read
 static int cq_read(void *ctx, DAT_EVENT *ev, int max)
 {
 	struct dfi_evd *evd = ctx;
-	struct dfi_comp c[DFI_CQ_BATCH];
-	int out = dfi_srq_take_staged(evd, ev, max);
+	int out = evd->staged ? dfi_srq_take_staged(evd, ev, max) : 0;
 
 	while (out < max && evd->cq) {
+		const struct dfi_comp *c;
 		int want = max - out < DFI_CQ_BATCH ? max - out : DFI_CQ_BATCH;
-		int n = dfi_cq_read(evd->cq, c, want);
+		int n = dfi_cq_take(evd->cq, &c, want);
 
 		if (n <= 0)
 			return out ? out : n;
@@ -235,6 +238,44 @@ static int cq_read(void *ctx, DAT_EVENT *ev, int max)
 			break;
 	}
 	return out;
+}
+
+static void cq_consumed(void *ctx, const DAT_EVENT *ev);
+
+/* One completion for a consumer that reaps it now: its slot is released
+ * here, as for a suppressed one (cq_read keeps a reported one's slot
+ * until cq_consumed). */
+static int cq_read_one(void *ctx, DAT_EVENT *ev)
+{
+	struct dfi_evd *evd = ctx;
+
+	if (evd->staged) {
+		int n = dfi_srq_take_staged(evd, ev, 1);
+
+		if (n == 1)
+			cq_consumed(ctx, ev);
+		return n;
+	}
+	while (evd->cq) {
+		const struct dfi_comp *c;
+		struct dfi_dto *d;
+		bool report;
+		int n = dfi_cq_take(evd->cq, &c, 1), idx;
+
+		if (n <= 0)
+			return n;
+		d = c->ctx;
+		if (!d)
+			continue;
+		report = !d->suppress || c->err;
+		if (report)
+			dto_event(d, c, ev);
+		idx = (int)(d - d->pool->d);
+		dto_complete(d->pool, &idx, 1, 0);	/* last: d may be gone after it */
+		if (report)
+			return 1;
+	}
+	return 0;
 }
 
 static int cq_trywait(void *ctx)
@@ -272,6 +313,7 @@ static void cq_consumed(void *ctx, const DAT_EVENT *ev)
 
 static const struct dfi_evq_source_ops cq_source = {
 	.read = cq_read, .trywait = cq_trywait, .fd = cq_fd, .consumed = cq_consumed,
+	.read_one = cq_read_one,
 };
 
 /* The EVD's CQ, created on first use (sized for the EVD, so a CQ never

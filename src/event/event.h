@@ -50,6 +50,12 @@ struct dfi_evq_source_ops {
 	 * wait handed it out), under the EVD lock.  Lets the source count its
 	 * work queue slots until the consumer has reaped the completion. */
 	void (*consumed)(void *ctx, const DAT_EVENT *ev);
+	/* Optional, for a source that reads ahead in batches (a dequeue that
+	 * calls it reads one event): the next event, for a consumer that
+	 * takes it at once - a plain dequeue (no enabled CNO, no upcall
+	 * policy) with nothing queued in the ring.  read(ctx, ev, 1) followed
+	 * by consumed(ctx, ev), in one step.  1, 0 (none) or -errno. */
+	int (*read_one)(void *ctx, DAT_EVENT *ev);
 };
 
 enum dfi_evq_state {

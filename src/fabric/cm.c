@@ -432,10 +432,33 @@ int dfi_cq_read(struct dfi_cq *c, struct dfi_comp *out, int n)
 	return got;
 }
 
+int dfi_cq_take(struct dfi_cq *c, const struct dfi_comp **out, int n)
+{
+	int avail = c->ahead_n - c->ahead_pos;
+
+	if (!avail) {
+		int r = dfi_cq_read(c, c->ahead, DFI_CQ_BATCH);
+
+		if (r <= 0)
+			return r;
+		c->ahead_pos = 0;
+		c->ahead_n = avail = r;
+	}
+	if (n > avail)
+		n = avail;
+	*out = &c->ahead[c->ahead_pos];
+	c->ahead_pos += n;
+	return n;
+}
+
 int dfi_cq_trywait(struct dfi_cq *c)
 {
 	struct fid *fids[1] = { &c->cq->fid };
-	int rc = fi_trywait(c->fabric, fids, 1);
+	int rc;
+
+	if (c->ahead_pos < c->ahead_n)
+		return -EAGAIN;		/* read ahead, not handed out yet */
+	rc = fi_trywait(c->fabric, fids, 1);
 
 	return rc == -FI_EAGAIN ? -EAGAIN : rc;
 }

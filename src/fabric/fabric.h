@@ -112,7 +112,14 @@ int dfi_cq_open(struct dfi_fabric *f, size_t size, struct dfi_cq **cq);
 void dfi_cq_close(struct dfi_cq *cq);
 /* Up to n completions (errors included).  >= 0 or -errno. */
 int dfi_cq_read(struct dfi_cq *cq, struct dfi_comp *c, int n);
-/* 0: armed and empty; -EAGAIN: completions pending. */
+/* Up to n completions, without a copy: *c points at them in the CQ's
+ * read-ahead, valid until the next call on cq.  The read-ahead is refilled
+ * (one fi_cq_read of up to DFI_CQ_BATCH) only when it is empty, so a
+ * consumer taking one completion at a time still reads the CQ in batches;
+ * fewer than n means the read-ahead ran out, not that the CQ is empty.
+ * A CQ is read either this way or by dfi_cq_read, never both. */
+int dfi_cq_take(struct dfi_cq *cq, const struct dfi_comp **c, int n);
+/* 0: armed and empty; -EAGAIN: completions pending (read ahead included). */
 int dfi_cq_trywait(struct dfi_cq *cq);
 int dfi_cq_fd(struct dfi_cq *cq);
 /* Drive progress without reading completions. */

@@ -27,6 +27,10 @@ struct dfi_cq {
 	struct fid_cq *cq;
 	struct fid_fabric *fabric;	/* for fi_trywait */
 	int fd;
+	/* dfi_cq_take's read-ahead: ahead[pos..n) were read from the CQ and
+	 * not handed out yet (the reader's lock, as every read of the CQ) */
+	int ahead_pos, ahead_n;
+	struct dfi_comp ahead[DFI_CQ_BATCH];
 };
 
 #endif

@@ -1034,6 +1034,80 @@ static void test_suppressed_send(void **state)
 	alarm(0);
 }
 
+/* A dequeue on an empty ring reads the CQ ahead (one fi_cq_read of up to
+ * 64) and hands out one completion; the others wait in the read-ahead, out
+ * of the ring.  They must come next, in order, once each, to every kind of
+ * consumer: a wait with a threshold (it counts them in *nmore), later
+ * dequeues, and a CNO enabled meanwhile.  AHEAD_N small sends complete
+ * inside their posts on tcp, so the first dequeue usually finds them all. */
+#define AHEAD_N 16
+static void dequeue_first(struct pair *p, uint64_t cookie)
+{
+	DAT_EVENT ev;
+	DAT_RETURN rc;
+	uint64_t t0 = now_ns();
+
+	while ((rc = dat_evd_dequeue(p->c.req, &ev)) == DAT_QUEUE_EMPTY && ms_since(t0) < 2000)
+		;
+	assert_ok(rc);
+	assert_int_equal(ev.event_number, DAT_DTO_COMPLETION_EVENT);
+	assert_int_equal(ev.event_data.dto_completion_event_data.user_cookie.as_64, cookie);
+	assert_ptr_equal(ev.evd_handle, p->c.req);
+}
+
+static void test_read_ahead_reaches_every_consumer(void **state)
+{
+	struct pair *p = *state;
+	DAT_CNO_HANDLE cno;
+	DAT_EVD_HANDLE fired = DAT_HANDLE_NULL;
+	DAT_EVENT ev;
+	DAT_COUNT nmore = -1;
+	uint64_t t0;
+
+	watchdog(__func__, 60);
+	establish(p);
+	for (int i = 0; i < 2 * AHEAD_N; i++)
+		assert_ok(post_recv1(&p->s, (size_t)i * 64, 64, 100 + (uint64_t)i));
+
+	/* a waiter whose threshold the read-ahead meets */
+	for (int i = 0; i < AHEAD_N; i++)
+		assert_ok(post_send1(&p->c, (size_t)i * 64, 8, 200 + (uint64_t)i,
+				     DAT_COMPLETION_DEFAULT_FLAG));
+	dequeue_first(p, 200);
+	t0 = now_ns();
+	assert_ok(dat_evd_wait(p->c.req, 5 * SEC, AHEAD_N - 1, &ev, &nmore));
+	assert_true(ms_since(t0) < 2000);
+	assert_int_equal(ev.event_data.dto_completion_event_data.user_cookie.as_64, 201);
+	assert_int_equal(nmore, AHEAD_N - 2);
+	for (int i = 2; i < AHEAD_N; i++)
+		expect_dto(p->c.req, p->c.ep, 200 + (uint64_t)i, DAT_DTO_SEND, DAT_DTO_SUCCESS, 8,
+			   2000, "client send after the read-ahead");
+
+	/* a CNO enabled after a dequeue read ahead: it hears of them */
+	assert_ok(dat_cno_create(p->c.ia, DAT_OS_WAIT_PROXY_AGENT_NULL, &cno));
+	assert_ok(dat_evd_modify_cno(p->c.req, cno));
+	assert_ok(dat_evd_disable(p->c.req));
+	for (int i = 0; i < AHEAD_N; i++)
+		assert_ok(post_send1(&p->c, (size_t)i * 64, 8, 300 + (uint64_t)i,
+				     DAT_COMPLETION_DEFAULT_FLAG));
+	dequeue_first(p, 300);
+	assert_ok(dat_evd_enable(p->c.req));
+	assert_ok(dat_cno_wait(cno, 2 * SEC, &fired));
+	assert_ptr_equal(fired, p->c.req);
+	for (int i = 1; i < AHEAD_N; i++) {
+		assert_ok(dat_evd_dequeue(p->c.req, &ev));
+		assert_int_equal(ev.event_data.dto_completion_event_data.user_cookie.as_64,
+				 300 + (uint64_t)i);
+	}
+	assert_rc(dat_evd_dequeue(p->c.req, &ev), DAT_QUEUE_EMPTY);
+	assert_ok(dat_evd_modify_cno(p->c.req, DAT_HANDLE_NULL));
+	assert_ok(dat_cno_free(cno));
+	for (int i = 0; i < 2 * AHEAD_N; i++)
+		expect_dto(p->s.rcv, p->s.ep, 100 + (uint64_t)i, DAT_DTO_RECEIVE, DAT_DTO_SUCCESS,
+			   8, 2000, "server receive");
+	alarm(0);
+}
+
 /* max_request_dtos sends posted and not reaped: one more is refused with
  * DAT_INSUFFICIENT_RESOURCES; reaping frees the queue. */
 static void test_request_queue_full(void **state)
@@ -3661,6 +3735,7 @@ int main(int argc, char **argv)
 		TP(test_rdma_write_read),
 		TP(test_rdma_write_then_send_ordering),
 		TP(test_suppressed_send),
+		TP(test_read_ahead_reaches_every_consumer),
 		TP(test_request_queue_full),
 		/* 3. stream */
 		TP(test_stream_100k_in_order),

@@ -10,12 +10,15 @@
  *     pending -> -EAGAIN (not armed); else arm and return 0;
  *   - read() moves up to max completions (nothing at all once the source is
  *     "dead", i.e. its EP was destroyed, scenario 26);
+ *   - read_one() moves one, as a source that reads ahead offers it (the
+ *     CQ source, dto.c): only when attached by fake_source_attach_read_one;
  *   - hooks: before_arm runs inside trywait before it looks/arms (to inject in the
  *     window between the consumer's empty poll and the arm, scenario 1);
  *     after_arm runs inside trywait right after arming (trywait still returns 0);
  *   - fake_source_spurious() makes the fd readable with no completion (scenario 25);
  *   - fake_source_set_trywait_error() makes trywait fail (D12);
- *   - counters: reads, events read, trywaits, arms, fd signals, spurious.
+ *   - counters: reads, read_ones, events read, trywaits, arms, fd signals,
+ *     spurious.
  *
  * Hooks run without the source lock held, on the thread that called trywait
  * (normally with the EVD lock held by the core: a hook must not call the EVD).
@@ -56,6 +59,7 @@ struct fake_source {
 	void *before_arm_arg, *after_arm_arg;
 
 	atomic_uint_fast64_t n_reads;		/* read() calls */
+	atomic_uint_fast64_t n_read_ones;	/* read_one() calls */
 	atomic_uint_fast64_t n_read_events;	/* completions handed to the core */
 	atomic_uint_fast64_t n_trywaits;	/* trywait() calls */
 	atomic_uint_fast64_t n_arms;		/* trywait() that armed (returned 0) */
@@ -96,6 +100,25 @@ static inline int fake_source_read(void *ctx, DAT_EVENT *ev, int max)
 			fs->head = (fs->head + 1) % fs->cap;
 			fs->count--;
 		}
+	}
+	pthread_mutex_unlock(&fs->lock);
+	atomic_fetch_add(&fs->n_read_events, (uint64_t)n);
+	return n;
+}
+
+/* Counted apart from read(): both hand out events (n_read_events). */
+static inline int fake_source_read_one(void *ctx, DAT_EVENT *ev)
+{
+	struct fake_source *fs = ctx;
+	int n = 0;
+
+	atomic_fetch_add(&fs->n_read_ones, 1);
+	pthread_mutex_lock(&fs->lock);
+	if (!fs->dead && fs->count > 0) {
+		*ev = fs->buf[fs->head];
+		fs->head = (fs->head + 1) % fs->cap;
+		fs->count--;
+		n = 1;
 	}
 	pthread_mutex_unlock(&fs->lock);
 	atomic_fetch_add(&fs->n_read_events, (uint64_t)n);
@@ -150,6 +173,13 @@ static const struct dfi_evq_source_ops fake_source_ops = {
 	.fd = fake_source_fd,
 };
 
+static const struct dfi_evq_source_ops fake_source_ops_read_one = {
+	.read = fake_source_read,
+	.trywait = fake_source_trywait,
+	.fd = fake_source_fd,
+	.read_one = fake_source_read_one,
+};
+
 static inline struct fake_source *fake_source_new(void)
 {
 	struct fake_source *fs = calloc(1, sizeof(*fs));
@@ -179,6 +209,12 @@ static inline void fake_source_free(struct fake_source *fs)
 static inline void fake_source_attach(struct fake_source *fs, struct dfi_evq *q)
 {
 	dfi_evq_set_source(q, &fake_source_ops, fs);
+}
+
+/* The same, offering read_one as well (a source that reads ahead). */
+static inline void fake_source_attach_read_one(struct fake_source *fs, struct dfi_evq *q)
+{
+	dfi_evq_set_source(q, &fake_source_ops_read_one, fs);
 }
 
 /* A completion arrives. */

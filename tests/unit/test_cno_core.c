@@ -760,6 +760,40 @@ static void test_source_notify_cno_delivery(void **state)
 	fake_source_free(fs);
 }
 
+/* An EVD with an enabled CNO is dequeued through the ring even when its
+ * source offers read_one: that path arms the source when the ring runs
+ * empty, so the CNO hears of the next completion (scenario 21 and D9 check
+ * the notification).  Disabled, the EVD is a plain one and read_one serves
+ * it. */
+static void test_cno_dequeue_not_past_the_ring(void **state)
+{
+	struct dfi_cno *c = cno_new(NULL, false);
+	struct dfi_evq *aq = evq_new_async(16);
+	struct dfi_evq *q = evq_new(8, DAT_EVD_DTO_FLAG, aq);
+	struct fake_source *fs = fake_source_new();
+	DAT_EVENT ev;
+
+	(void)state;
+	fake_source_attach_read_one(fs, q);
+	dfi_evq_modify_cno(q, c);
+	ev = ev_dto(1);
+	fake_source_inject(fs, &ev);
+	evq_expect(q, 1);
+	evq_expect_empty(q);
+	assert_int_equal(atomic_load(&fs->n_read_ones), 0);
+	assert_true(atomic_load(&fs->n_reads) >= 1);
+	ev = ev_dto(2);
+	fake_source_inject(fs, &ev);
+
+	dfi_evq_disable(q);
+	evq_expect(q, 2);
+	assert_int_equal(atomic_load(&fs->n_read_ones), 1);
+	evq_detach_free(q);
+	evq_free(aq);
+	cno_free(c);
+	fake_source_free(fs);
+}
+
 /* The progress context watches the source fd only for an enabled EVD with a
  * CNO and no waiter (a waiter watches the fd itself). */
 static void test_wants_notify(void **state)
@@ -1305,6 +1339,7 @@ int main(void)
 		evtest(test_modify_cno_switch),
 		evtest(test_source_notify_cno_delivery),
 		evtest(test_wants_notify),
+		evtest(test_cno_dequeue_not_past_the_ring),
 		evtest(test_s20_trigger_vs_timeout_D11),
 		evtest(test_s21_agent_dequeues_and_reinstalls),
 		evtest(test_s21_agent_from_source_notify),

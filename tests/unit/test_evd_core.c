@@ -1200,6 +1200,62 @@ static void test_s13_source_never_overflows_ring_D5(void **state)
 	fake_source_free(fs);
 }
 
+/* A source that reads ahead itself (read_one, the CQ source) serves a
+ * plain dequeue on an empty ring one event at a time, past the ring: the
+ * event carries the EVD's handle, the ring stays empty, read() is not
+ * called.  What the ring holds goes first (read_one is not called while it
+ * holds anything), and dat_evd_wait still fills the ring in batches. */
+static void test_dequeue_read_one_past_the_ring(void **state)
+{
+	struct dfi_evq *aq = evq_new_async(16);
+	struct dfi_evq *q = evq_new(256, DAT_EVD_DTO_FLAG, aq);
+	struct fake_source *fs = fake_source_new();
+	DAT_EVENT ev;
+	DAT_COUNT nmore = -1;
+
+	(void)state;
+	fake_source_attach_read_one(fs, q);
+	for (uint64_t i = 0; i < 3; i++) {
+		ev = ev_dto(i);
+		fake_source_inject(fs, &ev);
+	}
+	for (uint64_t i = 0; i < 3; i++) {
+		evq_expect(q, i);
+		assert_int_equal(dfi_evq_count(q), 0);
+	}
+	assert_int_equal(atomic_load(&fs->n_read_ones), 3);
+	assert_int_equal(atomic_load(&fs->n_reads), 0);
+	evq_expect_empty(q);
+	assert_int_equal(atomic_load(&fs->n_read_ones), 4);
+
+	/* the ring first: a software event queued before the completion */
+	assert_int_equal(evq_post_sw(q, 100), DAT_SUCCESS);
+	ev = ev_dto(3);
+	fake_source_inject(fs, &ev);
+	evq_expect(q, 100);
+	assert_int_equal(atomic_load(&fs->n_read_ones), 4);
+	evq_expect(q, 3);
+	assert_int_equal(atomic_load(&fs->n_read_ones), 5);
+
+	/* a waiter reads a batch into the ring; dequeue then pops the ring */
+	for (uint64_t i = 4; i < 14; i++) {
+		ev = ev_dto(i);
+		fake_source_inject(fs, &ev);
+	}
+	assert_int_equal(dfi_evq_wait(q, 0, 1, &ev, &nmore), DAT_SUCCESS);
+	assert_int_equal(ev_seq(&ev), 4);
+	assert_int_equal(nmore, 9);
+	assert_int_equal(atomic_load(&fs->n_reads), 1);
+	for (uint64_t i = 5; i < 14; i++)
+		evq_expect(q, i);
+	assert_int_equal(atomic_load(&fs->n_read_ones), 5);
+	assert_int_equal(atomic_load(&fs->n_read_events), 14);
+	evq_expect_empty(q);
+	evq_free(q);
+	evq_free(aq);
+	fake_source_free(fs);
+}
+
 /* A consumer that wants one event reads one batch (64) of the source, not
  * the whole source: every read of a libfabric CQ is a progress pass (an
  * epoll_wait on tcp), so reading on to an empty CQ after a full batch cost
@@ -2286,6 +2342,7 @@ int main(void)
 		evtest(test_s13_overflow_during_wait_not_stuck_D5),
 		evtest(test_s13_source_never_overflows_ring_D5),
 		evtest(test_dequeue_and_wait_read_the_batches_they_need),
+		evtest(test_dequeue_read_one_past_the_ring),
 		evtest(test_s14_post_se_full_is_not_overflow),
 		evtest(test_s16_async_overflow_is_catastrophic),
 		evtest(test_s16_async_overflow_from_reports),
