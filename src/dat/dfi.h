@@ -459,10 +459,6 @@ bool dfi_dto_pool_busy(struct dfi_dto_pool *p);
 /* Whether no slot of p is in use: nothing posted, nothing left to reap. */
 bool dfi_dto_pool_idle(struct dfi_dto_pool *p);
 void dfi_zombies_free(struct dfi_ia *ia);
-/* post_lock held: a free descriptor, or -1 if every slot is in use. */
-int dfi_dto_get(struct dfi_dto_pool *p);
-/* post_lock held: a descriptor taken and not posted after all. */
-void dfi_dto_put(struct dfi_dto_pool *p, int i);
 void dfi_ep_flush_pending(struct dfi_ep *ep);
 DAT_RETURN dfi_ep_post_send(DAT_EP_HANDLE, DAT_COUNT, DAT_LMR_TRIPLET *, DAT_DTO_COOKIE,
 			    DAT_COMPLETION_FLAGS);

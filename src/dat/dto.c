@@ -57,7 +57,8 @@ static void pool_free(struct dfi_dto_pool *p)
 /* No lock and no atomic read-modify-write on the post's path: the credit
  * check reads `released`, which CQ readers raise only after they pushed
  * the descriptors back, so a free slot always has a free descriptor. */
-int dfi_dto_get(struct dfi_dto_pool *p)
+/* post_lock held: a free descriptor, or -1 if every slot is in use. */
+static inline __attribute__((always_inline)) int dto_get(struct dfi_dto_pool *p)
 {
 	unsigned taken = atomic_load_explicit(&p->taken, memory_order_relaxed);
 	int i;
@@ -74,7 +75,8 @@ int dfi_dto_get(struct dfi_dto_pool *p)
 	return i;
 }
 
-void dfi_dto_put(struct dfi_dto_pool *p, int i)
+/* post_lock held: a descriptor taken and not posted after all. */
+static void dto_put(struct dfi_dto_pool *p, int i)
 {
 	p->d[i].next = p->free_head;
 	p->free_head = i;
@@ -422,7 +424,7 @@ struct post_after {
 };
 
 /* post_lock held. */
-static DAT_RETURN post_locked(struct dfi_ep *ep, DAT_COUNT nseg, DAT_LMR_TRIPLET *iov,
+static inline __attribute__((always_inline)) DAT_RETURN post_locked(struct dfi_ep *ep, DAT_COUNT nseg, DAT_LMR_TRIPLET *iov,
 			      DAT_DTO_COOKIE cookie, const DAT_RMR_TRIPLET *remote,
 			      DAT_COMPLETION_FLAGS flags, enum post_kind kind,
 			      struct post_after *after)
@@ -460,7 +462,7 @@ static DAT_RETURN post_locked(struct dfi_ep *ep, DAT_COUNT nseg, DAT_LMR_TRIPLET
 		n++;
 	}
 	pool = kind == POST_RECV ? ep->recvq : ep->sendq;
-	i = dfi_dto_get(pool);
+	i = dto_get(pool);
 	if (i < 0)
 		return DFI_REJECT(DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_TEP),
 				  "EP %p: %s queue full (%d)", (void *)ep,
@@ -483,12 +485,12 @@ static DAT_RETURN post_locked(struct dfi_ep *ep, DAT_COUNT nseg, DAT_LMR_TRIPLET
 		struct dfi_comp c = { .ctx = d, .err = ECANCELED };
 
 		dto_event(d, &c, &after->ev);
-		dfi_dto_put(pool, i);
+		dto_put(pool, i);
 		after->flushed = after->evd != NULL;
 		return DAT_SUCCESS;
 	}
 	if (ep->fep && kind != POST_RECV && ep->state != DAT_EP_STATE_CONNECTED) {
-		dfi_dto_put(pool, i);
+		dto_put(pool, i);
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_STATE, DAT_INVALID_STATE_EP_NOTREADY),
 				  "EP %p: connection not established yet", (void *)ep);
 	}
@@ -499,12 +501,12 @@ static DAT_RETURN post_locked(struct dfi_ep *ep, DAT_COUNT nseg, DAT_LMR_TRIPLET
 		    st != DAT_EP_STATE_DISCONNECTED) {
 			if (!early_add(ep, i, sg, n))
 				return DAT_SUCCESS;
-			dfi_dto_put(pool, i);
+			dto_put(pool, i);
 			return DFI_REJECT(DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_MEMORY),
 					  "EP %p: no memory to keep a receive posted before "
 					  "connecting (%d kept)", (void *)ep, ep->n_early);
 		}
-		dfi_dto_put(pool, i);
+		dto_put(pool, i);
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_STATE, DAT_INVALID_STATE_EP_UNCONNECTED),
 				  "EP %p is not connected", (void *)ep);
 	}
@@ -521,7 +523,7 @@ static DAT_RETURN post_locked(struct dfi_ep *ep, DAT_COUNT nseg, DAT_LMR_TRIPLET
 		break;
 	}
 	if (rc) {
-		dfi_dto_put(pool, i);
+		dto_put(pool, i);
 		if (rc == -EAGAIN)
 			return DFI_REJECT(DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_TEP),
 					  "EP %p: libfabric queue full", (void *)ep);
@@ -534,7 +536,7 @@ static DAT_RETURN post_locked(struct dfi_ep *ep, DAT_COUNT nseg, DAT_LMR_TRIPLET
 
 /* The EP's post_lock, not the IA's cm_lock: posts on different EPs run in
  * parallel, also with the CM (struct dfi_ep). */
-static DAT_RETURN post(DAT_EP_HANDLE h, DAT_COUNT nseg, DAT_LMR_TRIPLET *iov,
+static inline __attribute__((always_inline)) DAT_RETURN post(DAT_EP_HANDLE h, DAT_COUNT nseg, DAT_LMR_TRIPLET *iov,
 		       DAT_DTO_COOKIE cookie, const DAT_RMR_TRIPLET *remote,
 		       DAT_COMPLETION_FLAGS flags, enum post_kind kind)
 {
