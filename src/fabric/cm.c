@@ -535,8 +535,10 @@ int dfi_srx_post_recv(struct dfi_srx *x, const struct dfi_sge *sg, int n, void *
 	return msg(x->srx, sg, n, ctx, false);
 }
 
-static int rma(struct dfi_fep *e, const struct dfi_sge *sg, int n, uint64_t raddr,
-	       uint32_t rkey, void *ctx, bool write)
+/* Several segments: one fi_writemsg/fi_readmsg (kept apart so that the
+ * one-segment post below builds none of this). */
+static int rma_msg(struct dfi_fep *e, const struct dfi_sge *sg, int n, uint64_t raddr,
+		   uint32_t rkey, void *ctx, bool write)
 {
 	struct iovec iov[DFI_MAX_SGE];
 	void *desc[DFI_MAX_SGE];
@@ -546,14 +548,8 @@ static int rma(struct dfi_fep *e, const struct dfi_sge *sg, int n, uint64_t radd
 		.msg_iov = iov, .desc = desc, .iov_count = (size_t)n,
 		.rma_iov = &riov, .rma_iov_count = 1, .context = ctx,
 	};
-	int rc;
+	int rc = fill_iov(sg, n, iov, desc);
 
-	if (n == 1)
-		return post_rc(write ? fi_write(e->ep, sg[0].addr, sg[0].len, sge_desc(&sg[0]), 0,
-						raddr, rkey, ctx) :
-				       fi_read(e->ep, sg[0].addr, sg[0].len, sge_desc(&sg[0]), 0,
-					       raddr, rkey, ctx));
-	rc = fill_iov(sg, n, iov, desc);
 	if (rc)
 		return rc;
 	for (int i = 0; i < n; i++)
@@ -561,6 +557,17 @@ static int rma(struct dfi_fep *e, const struct dfi_sge *sg, int n, uint64_t radd
 	riov = (struct fi_rma_iov){ .addr = raddr, .len = total, .key = rkey };
 	return post_rc(write ? fi_writemsg(e->ep, &msg, FI_COMPLETION) :
 			       fi_readmsg(e->ep, &msg, FI_COMPLETION));
+}
+
+static int rma(struct dfi_fep *e, const struct dfi_sge *sg, int n, uint64_t raddr,
+	       uint32_t rkey, void *ctx, bool write)
+{
+	if (n != 1)
+		return rma_msg(e, sg, n, raddr, rkey, ctx, write);
+	return post_rc(write ? fi_write(e->ep, sg[0].addr, sg[0].len, sge_desc(&sg[0]), 0,
+					raddr, rkey, ctx) :
+			       fi_read(e->ep, sg[0].addr, sg[0].len, sge_desc(&sg[0]), 0,
+				       raddr, rkey, ctx));
 }
 
 int dfi_post_write(struct dfi_fep *e, const struct dfi_sge *sg, int n, uint64_t raddr,
