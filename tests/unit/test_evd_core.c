@@ -16,6 +16,16 @@
 
 /* ================================================================ basics */
 
+/* Completions from..to-1 arrive at fs, in order (ev_dto sequence numbers). */
+static void inject_dtos(struct fake_source *fs, uint64_t from, uint64_t to)
+{
+	for (uint64_t i = from; i < to; i++) {
+		DAT_EVENT ev = ev_dto(i);
+
+		fake_source_inject(fs, &ev);
+	}
+}
+
 static void test_qlen_round(void **state)
 {
 	static const DAT_COUNT req[] = { 1, 2, 3, 4, 5, 7, 8, 9, 100, 1000, 1024, 1025,
@@ -1169,10 +1179,7 @@ static void test_s13_source_never_overflows_ring_D5(void **state)
 
 	(void)state;
 	fake_source_attach(fs, q);
-	for (uint64_t i = 0; i < 10; i++) {
-		ev = ev_dto(i);
-		fake_source_inject(fs, &ev);
-	}
+	inject_dtos(fs, 0, 10);
 	j = waitjob_start(q, 5000000, 4);
 	waitjob_join(j, 6000);
 	assert_int_equal(j->rc, DAT_SUCCESS);
@@ -1215,10 +1222,7 @@ static void test_dequeue_read_one_past_the_ring(void **state)
 
 	(void)state;
 	fake_source_attach_read_one(fs, q);
-	for (uint64_t i = 0; i < 3; i++) {
-		ev = ev_dto(i);
-		fake_source_inject(fs, &ev);
-	}
+	inject_dtos(fs, 0, 3);
 	for (uint64_t i = 0; i < 3; i++) {
 		evq_expect(q, i);
 		assert_int_equal(dfi_evq_count(q), 0);
@@ -1238,10 +1242,7 @@ static void test_dequeue_read_one_past_the_ring(void **state)
 	assert_int_equal(atomic_load(&fs->n_read_ones), 5);
 
 	/* a waiter reads a batch into the ring; dequeue then pops the ring */
-	for (uint64_t i = 4; i < 14; i++) {
-		ev = ev_dto(i);
-		fake_source_inject(fs, &ev);
-	}
+	inject_dtos(fs, 4, 14);
 	assert_int_equal(dfi_evq_wait(q, 0, 1, &ev, &nmore), DAT_SUCCESS);
 	assert_int_equal(ev_seq(&ev), 4);
 	assert_int_equal(nmore, 9);
@@ -1272,10 +1273,7 @@ static void test_dequeue_and_wait_read_the_batches_they_need(void **state)
 
 	(void)state;
 	fake_source_attach(fs, q);
-	for (uint64_t i = 0; i < 100; i++) {
-		ev = ev_dto(i);
-		fake_source_inject(fs, &ev);
-	}
+	inject_dtos(fs, 0, 100);
 	assert_int_equal(dfi_evq_dequeue(q, &ev), DAT_SUCCESS);
 	assert_int_equal(ev_seq(&ev), 0);
 	assert_int_equal(atomic_load(&fs->n_reads), 1);
@@ -1291,10 +1289,7 @@ static void test_dequeue_and_wait_read_the_batches_they_need(void **state)
 		evq_expect(q, i);
 	evq_expect_empty(q);
 
-	for (uint64_t i = 100; i < 200; i++) {
-		ev = ev_dto(i);
-		fake_source_inject(fs, &ev);
-	}
+	inject_dtos(fs, 100, 200);
 	assert_int_equal(dfi_evq_wait(q, 0, 1, &ev, &nmore), DAT_SUCCESS);
 	assert_int_equal(ev_seq(&ev), 100);
 	assert_int_equal(nmore, 63);
@@ -1928,10 +1923,7 @@ static void test_dequeue_polls_source(void **state)
 	(void)state;
 	fake_source_attach(fs, q);
 	evq_expect_empty(q);
-	for (uint64_t i = 0; i < 10; i++) {
-		ev = ev_dto(i);
-		fake_source_inject(fs, &ev);
-	}
+	inject_dtos(fs, 0, 10);
 	for (uint64_t i = 0; i < 10; i++) {
 		memset(&ev, 0, sizeof(ev));
 		assert_int_equal(dfi_evq_dequeue(q, &ev), DAT_SUCCESS);
@@ -2028,10 +2020,7 @@ static void test_source_notify_fills_free_slots_only(void **state)
 
 	(void)state;
 	fake_source_attach(fs, q);
-	for (uint64_t i = 0; i < 10; i++) {
-		ev = ev_dto(i);
-		fake_source_inject(fs, &ev);
-	}
+	inject_dtos(fs, 0, 10);
 	dfi_evq_source_notify(q);
 	assert_int_equal(dfi_evq_count(q) + (DAT_COUNT)fake_source_pending(fs), 10);
 	assert_true(dfi_evq_count(q) <= 4);
@@ -2078,10 +2067,7 @@ static void test_source_flush_no_trywait_when_empty(void **state)
 	/* two completions left by the EP: they fire the arm, and the flush
 	 * moves them into the ring without a try-wait; the fired fd stays
 	 * readable for whoever watches it, whose notify re-arms */
-	for (uint64_t i = 0; i < 2; i++) {
-		ev = ev_dto(i);
-		fake_source_inject(fs, &ev);
-	}
+	inject_dtos(fs, 0, 2);
 	tw = atomic_load(&fs->n_trywaits);
 	dfi_evq_source_flush(q);
 	assert_int_equal(dfi_evq_count(q), 2);
@@ -2241,10 +2227,7 @@ static void test_s26_flush_before_destroy_keeps_completions(void **state)
 	(void)state;
 	fake_source_attach(fs, q);
 	dfi_evq_ref(q);
-	for (uint64_t i = 0; i < 3; i++) {
-		ev = ev_dto(i);
-		fake_source_inject(fs, &ev);
-	}
+	inject_dtos(fs, 0, 3);
 	dfi_evq_source_notify(q);			/* flush */
 	assert_int_equal(fake_source_pending(fs), 0);
 	assert_int_equal(dfi_evq_count(q), 3);
