@@ -54,10 +54,11 @@ static void pool_free(struct dfi_dto_pool *p)
 	free(p);
 }
 
-/* No lock and no atomic read-modify-write on the post's path: the credit
+/* post_lock held: a free descriptor, or -1 if every slot is in use.  No
+ * lock and no atomic read-modify-write on the post's path: the credit
  * check reads `released`, which CQ readers raise only after they pushed
- * the descriptors back, so a free slot always has a free descriptor. */
-/* post_lock held: a free descriptor, or -1 if every slot is in use. */
+ * the descriptors back, so a free slot always has a free descriptor.
+ * Always inlined, as the posts themselves are (POST_INLINE below). */
 static inline __attribute__((always_inline)) int dto_get(struct dfi_dto_pool *p)
 {
 	unsigned taken = atomic_load_explicit(&p->taken, memory_order_relaxed);
@@ -423,11 +424,13 @@ struct post_after {
 	DAT_EVENT ev;
 };
 
-/* post_lock held. */
-static inline __attribute__((always_inline)) DAT_RETURN post_locked(struct dfi_ep *ep, DAT_COUNT nseg, DAT_LMR_TRIPLET *iov,
-			      DAT_DTO_COOKIE cookie, const DAT_RMR_TRIPLET *remote,
-			      DAT_COMPLETION_FLAGS flags, enum post_kind kind,
-			      struct post_after *after)
+/* Inlined, with post() below, into each dat_ep_post_* entry: there `kind`
+ * is a constant and its branches fold.  post_lock held. */
+#define POST_INLINE static inline __attribute__((always_inline))
+POST_INLINE DAT_RETURN post_locked(struct dfi_ep *ep, DAT_COUNT nseg, DAT_LMR_TRIPLET *iov,
+				   DAT_DTO_COOKIE cookie, const DAT_RMR_TRIPLET *remote,
+				   DAT_COMPLETION_FLAGS flags, enum post_kind kind,
+				   struct post_after *after)
 {
 	struct dfi_dto_pool *pool;
 	struct dfi_sge sg[DFI_MAX_SGE];
@@ -536,9 +539,9 @@ static inline __attribute__((always_inline)) DAT_RETURN post_locked(struct dfi_e
 
 /* The EP's post_lock, not the IA's cm_lock: posts on different EPs run in
  * parallel, also with the CM (struct dfi_ep). */
-static inline __attribute__((always_inline)) DAT_RETURN post(DAT_EP_HANDLE h, DAT_COUNT nseg, DAT_LMR_TRIPLET *iov,
-		       DAT_DTO_COOKIE cookie, const DAT_RMR_TRIPLET *remote,
-		       DAT_COMPLETION_FLAGS flags, enum post_kind kind)
+POST_INLINE DAT_RETURN post(DAT_EP_HANDLE h, DAT_COUNT nseg, DAT_LMR_TRIPLET *iov,
+			    DAT_DTO_COOKIE cookie, const DAT_RMR_TRIPLET *remote,
+			    DAT_COMPLETION_FLAGS flags, enum post_kind kind)
 {
 	struct dfi_ep *ep = dfi_obj_get(h, DFI_T_EP);
 	struct post_after after;
