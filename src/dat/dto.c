@@ -198,6 +198,13 @@ static void dto_event(struct dfi_dto *d, const struct dfi_comp *c, DAT_EVENT *ev
 	}
 }
 
+/* Whether a completion becomes an event: a suppressed success frees its
+ * slot silently; an error is always reported. */
+static bool dto_reported(const struct dfi_dto *d, const struct dfi_comp *c)
+{
+	return !d->suppress || c->err;
+}
+
 /* A fill of the EVD must cost one fi_cq_read: each is a progress pass. */
 _Static_assert(DFI_CQ_BATCH >= DFI_EVQ_FILL_BATCH, "a fill must take one CQ read");
 
@@ -222,10 +229,9 @@ static int cq_read(void *ctx, DAT_EVENT *ev, int max)
 
 			if (!d)
 				continue;
-			/* a suppressed success frees its slot silently; an
-			 * error is always reported, and its slot stays taken
-			 * until the consumer reaps the event (cq_consumed) */
-			report = !d->suppress || c[i].err;
+			/* a reported one's slot stays taken until the
+			 * consumer reaps the event (cq_consumed) */
+			report = dto_reported(d, &c[i]);
 			if (report)
 				dto_event(d, &c[i], &ev[out++]);
 			if (d->pool != run) {
@@ -270,7 +276,7 @@ static int cq_read_one(void *ctx, DAT_EVENT *ev)
 		d = c->ctx;
 		if (!d)
 			continue;
-		report = !d->suppress || c->err;
+		report = dto_reported(d, c);
 		if (report)
 			dto_event(d, c, ev);
 		idx = (int)(d - d->pool->d);

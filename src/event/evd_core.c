@@ -434,29 +434,32 @@ DAT_RETURN dfi_evq_dequeue(struct dfi_evq *q, DAT_EVENT *ev)
 		return DFI_ERR(DAT_INVALID_STATE, DAT_INVALID_STATE_EVD_WAITER);
 	}
 	count_call(q);
-	if (q->count == 0 && q->src && q->src->read_one && !(q->enabled && q->cno) &&
-	    !up_active(q)) {
-		/* A plain consumer and nothing queued before the source's next
-		 * event: that one goes straight into ev, past the ring (the
-		 * source reads ahead in batches itself). */
-		int n = q->src->read_one(q->src_ctx, ev);
+	if (q->count == 0 && q->src) {
+		bool notified = (q->enabled && q->cno) || up_active(q);
 
-		if (n == 1) {
-			ev->evd_handle = q->handle;
-			q->n_posted++;
-			pthread_mutex_unlock(&q->lock);
-			return DAT_SUCCESS;
+		if (q->src->read_one && !notified) {
+			/* A plain consumer and nothing queued before the
+			 * source's next event: that one goes straight into ev,
+			 * past the ring (the source reads ahead in batches). */
+			int n = q->src->read_one(q->src_ctx, ev);
+
+			if (n == 1) {
+				ev->evd_handle = q->handle;
+				q->n_posted++;
+				pthread_mutex_unlock(&q->lock);
+				return DAT_SUCCESS;
+			}
+			if (n < 0)
+				dfi_warn(DFI_SS_EVD, "EVD %p: source read failed: %s",
+					 (void *)q->handle, strerror(-n));
+		} else {
+			fill_to(q, 1);
+			/* A CNO or upcall consumer that polls until empty and
+			 * then relies on notification must find the source
+			 * armed (fixes D9 for dequeuers). */
+			if (q->count == 0 && notified)
+				arm_source(q);
 		}
-		if (n < 0)
-			dfi_warn(DFI_SS_EVD, "EVD %p: source read failed: %s",
-				 (void *)q->handle, strerror(-n));
-	} else if (q->count == 0 && q->src) {
-		fill_to(q, 1);
-		/* A CNO or upcall consumer that polls until empty and then
-		 * relies on notification must find the source armed (fixes D9
-		 * for dequeuers). */
-		if (q->count == 0 && ((q->enabled && q->cno) || up_active(q)))
-			arm_source(q);
 	}
 	if (q->count > 0) {
 		ring_pop(q, ev);
