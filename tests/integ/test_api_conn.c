@@ -336,6 +336,35 @@ static DAT_RETURN wait_ev(DAT_EVD_HANDLE evd, unsigned ms, DAT_EVENT *ev)
 	return dat_evd_wait(evd, (DAT_TIMEOUT)ms * MS, 1, ev, &nmore);
 }
 
+/* The next event of evd by dat_evd_dequeue (poll) or dat_evd_wait before
+ * deadline (ns): 1, 0 when the deadline passed, or -1 with err set. */
+static int cm_next(DAT_EVD_HANDLE evd, bool poll, uint64_t deadline, DAT_EVENT *ev,
+		   char *err, size_t errlen)
+{
+	char b[160];
+
+	for (;;) {
+		uint64_t now = now_ns();
+		DAT_COUNT nmore;
+		DAT_RETURN rc;
+
+		if (now >= deadline)
+			return 0;
+		if (poll)
+			rc = dat_evd_dequeue(evd, ev);
+		else
+			rc = dat_evd_wait(evd, (DAT_TIMEOUT)((deadline - now) / 1000u) + 1, 1, ev,
+					  &nmore);
+		if (rc == DAT_SUCCESS)
+			return 1;
+		if (DAT_GET_TYPE(rc) != DAT_QUEUE_EMPTY && DAT_GET_TYPE(rc) != DAT_TIMEOUT_EXPIRED) {
+			snprintf(err, errlen, "%s: %s", poll ? "dat_evd_dequeue" : "dat_evd_wait",
+				 rc_name(rc, b, sizeof(b)));
+			return -1;
+		}
+	}
+}
+
 static void check_conn(DAT_EVD_HANDLE evd, DAT_EVENT_NUMBER want, DAT_EP_HANDLE ep,
 		       unsigned ms, const char *who, DAT_EVENT *out, const char *file, int line)
 {
@@ -1044,12 +1073,10 @@ static void test_suppressed_send(void **state)
 static void dequeue_first(struct pair *p, uint64_t cookie)
 {
 	DAT_EVENT ev;
-	DAT_RETURN rc;
-	uint64_t t0 = now_ns();
+	char err[240] = "";
 
-	while ((rc = dat_evd_dequeue(p->c.req, &ev)) == DAT_QUEUE_EMPTY && ms_since(t0) < 2000)
-		;
-	assert_ok(rc);
+	if (cm_next(p->c.req, true, now_ns() + 2000 * 1000000ull, &ev, err, sizeof(err)) != 1)
+		fail_msg("no send completion dequeued within 2 s %s", err);
 	assert_int_equal(ev.event_number, DAT_DTO_COMPLETION_EVENT);
 	assert_int_equal(ev.event_data.dto_completion_event_data.user_cookie.as_64, cookie);
 	assert_ptr_equal(ev.evd_handle, p->c.req);
@@ -3164,35 +3191,6 @@ struct cm_server {
 	int nep;
 	char err[240];
 };
-
-/* The next event of evd within the phase's deadline: 1, 0 when the
- * deadline passed, or -1 with err set. */
-static int cm_next(DAT_EVD_HANDLE evd, bool poll, uint64_t deadline, DAT_EVENT *ev,
-		   char *err, size_t errlen)
-{
-	char b[160];
-
-	for (;;) {
-		uint64_t now = now_ns();
-		DAT_COUNT nmore;
-		DAT_RETURN rc;
-
-		if (now >= deadline)
-			return 0;
-		if (poll)
-			rc = dat_evd_dequeue(evd, ev);
-		else
-			rc = dat_evd_wait(evd, (DAT_TIMEOUT)((deadline - now) / 1000u) + 1, 1, ev,
-					  &nmore);
-		if (rc == DAT_SUCCESS)
-			return 1;
-		if (DAT_GET_TYPE(rc) != DAT_QUEUE_EMPTY && DAT_GET_TYPE(rc) != DAT_TIMEOUT_EXPIRED) {
-			snprintf(err, errlen, "%s: %s", poll ? "dat_evd_dequeue" : "dat_evd_wait",
-				 rc_name(rc, b, sizeof(b)));
-			return -1;
-		}
-	}
-}
 
 static int cm_index(DAT_EP_HANDLE const *eps, int n, DAT_EP_HANDLE ep)
 {

@@ -85,14 +85,11 @@ static inline bool fake_source__efd_drain(struct fake_source *fs)
 	return read(fs->efd, &v, sizeof(v)) == (ssize_t)sizeof(v);
 }
 
-static inline int fake_source_read(void *ctx, DAT_EVENT *ev, int max)
+/* Up to max completions out of the FIFO (none once dead). */
+static inline int fake_source__take(struct fake_source *fs, DAT_EVENT *ev, int max)
 {
-	struct fake_source *fs = ctx;
 	int n = 0;
 
-	atomic_fetch_add(&fs->n_reads, 1);
-	if (max > 0 && (uint64_t)max > atomic_load(&fs->n_max_read))
-		atomic_store(&fs->n_max_read, (uint64_t)max);
 	pthread_mutex_lock(&fs->lock);
 	if (!fs->dead) {
 		while (n < max && fs->count > 0) {
@@ -106,23 +103,23 @@ static inline int fake_source_read(void *ctx, DAT_EVENT *ev, int max)
 	return n;
 }
 
+static inline int fake_source_read(void *ctx, DAT_EVENT *ev, int max)
+{
+	struct fake_source *fs = ctx;
+
+	atomic_fetch_add(&fs->n_reads, 1);
+	if (max > 0 && (uint64_t)max > atomic_load(&fs->n_max_read))
+		atomic_store(&fs->n_max_read, (uint64_t)max);
+	return fake_source__take(fs, ev, max);
+}
+
 /* Counted apart from read(): both hand out events (n_read_events). */
 static inline int fake_source_read_one(void *ctx, DAT_EVENT *ev)
 {
 	struct fake_source *fs = ctx;
-	int n = 0;
 
 	atomic_fetch_add(&fs->n_read_ones, 1);
-	pthread_mutex_lock(&fs->lock);
-	if (!fs->dead && fs->count > 0) {
-		*ev = fs->buf[fs->head];
-		fs->head = (fs->head + 1) % fs->cap;
-		fs->count--;
-		n = 1;
-	}
-	pthread_mutex_unlock(&fs->lock);
-	atomic_fetch_add(&fs->n_read_events, (uint64_t)n);
-	return n;
+	return fake_source__take(fs, ev, 1);
 }
 
 static inline int fake_source_trywait(void *ctx)
