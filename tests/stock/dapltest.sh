@@ -294,6 +294,9 @@ judge_server_cases() {
 	done
 	if kill -0 "$spid" 2>/dev/null; then
 		echo "# the dapltest server did not exit after -T Q; killed"
+		# spid is timeout's: the server itself first, or it keeps its
+		# port (62000) and fails every later run of the same job
+		pkill -9 -P "$spid" 2>/dev/null
 		kill -9 "$spid" 2>/dev/null
 		nfail=$((nfail + 1))
 	fi
