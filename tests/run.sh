@@ -26,7 +26,7 @@ asan)
 	stock_wrap="env LD_PRELOAD=$(gcc -print-file-name=libasan.so):$(gcc -print-file-name=libubsan.so) ASAN_OPTIONS=abort_on_error=1:detect_leaks=0"
 	;;
 tsan)
-	export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
+	export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp"
 	stock_wrap=""
 	;;
 valgrind)

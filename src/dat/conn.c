@@ -592,9 +592,15 @@ void dfi_ep_close_fep(struct dfi_ep *ep)
 	ep->fep = NULL;
 	pthread_mutex_unlock(&ep->post_lock);
 	if (fep) {
+		struct dfi_cq *cqs[3] = {
+			ep->req_evd ? ep->req_evd->cq : NULL,
+			ep->recv_evd ? ep->recv_evd->cq : NULL,
+			ep->rcq,
+		};
+
 		if (ep->state == DAT_EP_STATE_CONNECTED)
 			dfi_fep_shutdown(fep);
-		dfi_fep_close(fep);
+		dfi_fep_close_bound(fep, cqs, 3);
 	}
 	pthread_mutex_unlock(&ia->cm_lock);
 }
@@ -710,6 +716,22 @@ static void ep_lost(struct dfi_ep *ep)
 	pthread_mutex_unlock(&ep->post_lock);
 }
 
+/* ep's socket has just joined the poll fds of its CQs, to be applied at
+ * each CQ's next pass: run one, so that whoever sleeps on a CQ's fd - a
+ * waiter, the progress thread - wakes for data on this connection too
+ * (fabric/cm.c, the poll-fd mirror). */
+static void ep_cqs_refresh(struct dfi_ep *ep)
+{
+	struct dfi_evd *req = ep->req_evd, *rcv = ep->recv_evd;
+
+	if (req && req->cq)
+		dfi_cq_progress(req->cq);
+	if (rcv && rcv != req && rcv->cq)
+		dfi_cq_progress(rcv->cq);
+	if (ep->rcq)
+		dfi_cq_progress(ep->rcq);
+}
+
 /* Translate one CM event (cm_lock held) into at most one DAT event. */
 static void translate(struct dfi_ia *ia, struct dfi_cm_event *e, struct cm_post *p)
 {
@@ -734,6 +756,7 @@ static void translate(struct dfi_ia *ia, struct dfi_cm_event *e, struct cm_post 
 		ep->connect_deadline = 0;
 		dfi_ep_set_state(ep, DAT_EP_STATE_CONNECTED);
 		ep->established = true;
+		ep_cqs_refresh(ep);
 		conn_event(p, ep, DAT_CONNECTION_EVENT_ESTABLISHED, e->pdata, e->plen);
 		break;
 	case DFI_CM_SHUTDOWN:

@@ -300,7 +300,14 @@ static int cq_fd(void *ctx)
 {
 	struct dfi_evd *evd = ctx;
 
-	return dfi_cq_fd(evd->cq);
+	return dfi_cq_sleep_fd(evd->cq);
+}
+
+static void cq_slept(void *ctx)
+{
+	struct dfi_evd *evd = ctx;
+
+	dfi_cq_slept(evd->cq);
 }
 
 static void cq_consumed(void *ctx, const DAT_EVENT *ev)
@@ -321,7 +328,8 @@ static void cq_consumed(void *ctx, const DAT_EVENT *ev)
 }
 
 static const struct dfi_evq_source_ops cq_source = {
-	.read = cq_read, .trywait = cq_trywait, .fd = cq_fd, .consumed = cq_consumed,
+	.read = cq_read, .trywait = cq_trywait, .fd = cq_fd, .slept = cq_slept,
+	.consumed = cq_consumed,
 	.read_one = cq_read_one,
 };
 

@@ -66,6 +66,7 @@ static int arm_cq(struct dfi_ia *ia, struct dfi_evd *evd, int op)
 {
 	struct epoll_event ev = { .events = EPOLLIN | EPOLLONESHOT, .data.ptr = evd };
 
+	dfi_cq_watch(evd->cq, true);	/* before the fd is brought up to date */
 	return epoll_ctl(ia->epfd, op, dfi_cq_fd(evd->cq), &ev) ? -errno : 0;
 }
 
@@ -86,6 +87,7 @@ static int arm_rcq(struct dfi_ia *ia, struct dfi_ep *ep, int op)
 {
 	struct epoll_event ev = { .events = EPOLLIN | EPOLLONESHOT, .data.ptr = rcq_tag(ep) };
 
+	dfi_cq_watch(ep->rcq, true);
 	return epoll_ctl(ia->epfd, op, dfi_cq_fd(ep->rcq), &ev) ? -errno : 0;
 }
 
@@ -287,11 +289,18 @@ static uint64_t backoff(uint64_t step, uint64_t first)
  * the delivery path (64 B ping-pong, polling: 0.5 us one way, 5 %). */
 static uint64_t park_cq(struct dfi_ia *ia, struct dfi_evd *evd, uint64_t now)
 {
-	evd->park_step = backoff(evd->parked ? evd->park_step : 0,
-				 ia->lease_ns ? ia->lease_ns : PARK_MIN_NS);
+	uint64_t first = ia->lease_ns ? ia->lease_ns : PARK_MIN_NS;
+
+	evd->park_step = backoff(evd->parked ? evd->park_step : 0, first);
 	if (!evd->parked) {
 		ia->nparked++;
 		epoll_ctl(ia->epfd, EPOLL_CTL_DEL, dfi_cq_fd(evd->cq), NULL);
+		dfi_cq_watch(evd->cq, false);
+	} else if (evd->park_step >= 4 * first) {
+		/* parked a third time in a row: its consumer keeps at it, and
+		 * a poll-fd CQ's mirror need not follow its sockets meanwhile
+		 * (unless a waiter sleeps on it) */
+		dfi_cq_quiet(evd->cq);
 	}
 	evd->parked = true;
 	evd->park_until = now + evd->park_step;
@@ -664,6 +673,7 @@ void dfi_progress_unwatch_cq(struct dfi_ia *ia, struct dfi_evd *evd)
 	if (!ia->progress_on || !evd->cq)
 		return;
 	epoll_ctl(ia->epfd, EPOLL_CTL_DEL, dfi_cq_fd(evd->cq), NULL);
+	dfi_cq_watch(evd->cq, false);
 	if (evd->parked)
 		ia->nparked--;
 	evd->parked = false;
@@ -710,6 +720,7 @@ void dfi_progress_unwatch_rcq(struct dfi_ia *ia, struct dfi_ep *ep)
 	if (!ep->rcq_watched)
 		return;
 	epoll_ctl(ia->epfd, EPOLL_CTL_DEL, dfi_cq_fd(ep->rcq), NULL);
+	dfi_cq_watch(ep->rcq, false);
 	ep->rcq_watched = false;
 	ia->n_rcq_watched--;
 	ia->rcq_gen++;

@@ -575,6 +575,8 @@ DAT_RETURN dfi_evq_wait(struct dfi_evq *q, DAT_TIMEOUT timeout, DAT_COUNT thresh
 		pthread_mutex_unlock(&q->lock);
 		r = dfi_sleep_fds(fds, 2, deadline);
 		pthread_mutex_lock(&q->lock);
+		if (q->src && q->src->slept)
+			q->src->slept(q->src_ctx);
 		if (r > 0 && (r & 1))
 			drain_wake(q);	/* not when only the source's fd woke us: a syscall */
 		if (r < 0 || (r & 2))

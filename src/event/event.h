@@ -44,8 +44,11 @@ struct dfi_evq_source_ops {
 	 * pending, read them; other -errno: failure. */
 	int (*trywait)(void *ctx);
 	/* Descriptor that becomes readable after a successful trywait when a
-	 * completion arrives (may also be readable spuriously).  -1: none. */
+	 * completion arrives (may also be readable spuriously).  -1: none.
+	 * Called before each sleep on it. */
 	int (*fd)(void *ctx);
+	/* Optional: the sleep that fd() was called for has ended. */
+	void (*slept)(void *ctx);
 	/* Optional: an event read from this source left the EVD (dequeue or
 	 * wait handed it out), under the EVD lock.  Lets the source count its
 	 * work queue slots until the consumer has reaped the completion. */

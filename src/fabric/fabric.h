@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <netinet/in.h>
+#include <stdbool.h>
 
 struct dfi_fabric;
 struct dfi_mr;
@@ -121,8 +122,24 @@ int dfi_cq_read(struct dfi_cq *cq, struct dfi_comp *c, int n);
 int dfi_cq_take(struct dfi_cq *cq, const struct dfi_comp **c, int n);
 /* 0: armed and empty; -EAGAIN: completions pending (read ahead included). */
 int dfi_cq_trywait(struct dfi_cq *cq);
+/* The fd that becomes readable when cq has completions (after a trywait).
+ * A poll-fd CQ's fd is a mirror of the provider's poll fds (cm.c), brought
+ * up to date for whoever sleeps on it:
+ *   - the progress thread: dfi_cq_watch(cq, true), then dfi_cq_fd before
+ *     each arm of the fd, dfi_cq_watch(cq, false) once it is out of its set;
+ *   - a waiter: dfi_cq_sleep_fd before each sleep, dfi_cq_slept after it. */
 int dfi_cq_fd(struct dfi_cq *cq);
-/* Drive progress without reading completions. */
+int dfi_cq_sleep_fd(struct dfi_cq *cq);
+void dfi_cq_slept(struct dfi_cq *cq);
+void dfi_cq_watch(struct dfi_cq *cq, bool on);
+/* Nobody is to sleep on cq's fd for a while (its consumer polls): empty a
+ * mirror that neither a waiter nor the progress thread holds, so that the
+ * consumer's packets no longer wake an epoll set in the kernel.  The next
+ * sleeper fills it again. */
+void dfi_cq_quiet(struct dfi_cq *cq);
+/* For a poll-fd CQ, a pass without reading completions, and the fd brought
+ * up to date: after an EP bound to cq connected (its socket joins the
+ * CQ's poll fds at the next pass of this CQ, and a sleeper must see it). */
 void dfi_cq_progress(struct dfi_cq *cq);
 
 /* Shared receive contexts (DAT SRQs).  Receives posted to one are taken
@@ -149,6 +166,9 @@ int dfi_fep_shutdown(struct dfi_fep *fep);
  * (it then completes with ECANCELED); any other ctx is ignored. */
 void dfi_fep_cancel(struct dfi_fep *fep, void *ctx);
 void dfi_fep_close(struct dfi_fep *fep);
+/* The same for an endpoint bound to the CQs cqs[0..n) (NULLs allowed, at
+ * most 4): their fds stop watching its socket before its number is free. */
+void dfi_fep_close_bound(struct dfi_fep *fep, struct dfi_cq *const *cqs, int n);
 int dfi_fep_peer(struct dfi_fep *fep, struct sockaddr_in *peer);
 
 struct dfi_sge {

@@ -4,6 +4,8 @@
 
 #include "fabric.h"
 
+#include <stdatomic.h>
+
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
 #include <rdma/fi_domain.h>
@@ -27,6 +29,15 @@ struct dfi_cq {
 	struct fid_cq *cq;
 	struct fid_fabric *fabric;	/* for fi_trywait */
 	int fd;
+	/* A CQ with a poll-fd wait object (FI_WAIT_POLLFD, tcp's for
+	 * FI_WAIT_UNSPEC) has no fd of its own: fd is then an epoll set of
+	 * ours that mirrors its poll fds (cm.c, mirror_sync).  NULL: fd is
+	 * the provider's (FI_WAIT_FD). */
+	struct dfi_cq_mirror *mirror;
+	/* The progress thread has fd in its epoll set (dfi_cq_watch): a
+	 * consumer's pass, which may change the poll fds (an EP's socket
+	 * added, write interest set), re-syncs the mirror for it. */
+	atomic_bool watched;
 	/* dfi_cq_take's read-ahead: ahead[pos..n) were read from the CQ and
 	 * not handed out yet (the reader's lock, as every read of the CQ) */
 	int ahead_pos, ahead_n;

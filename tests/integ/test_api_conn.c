@@ -3715,6 +3715,144 @@ static void test_progress_stays_off_a_waiting_target(void **state)
 	alarm(0);
 }
 
+/* A waiter on a connected, idle EP sleeps: dat_evd_wait with nothing to
+ * come times out having used next to no CPU, and so does the process (its
+ * progress threads).  A wait object that stays readable when nothing came
+ * (a stale or spurious fd) would turn every wait into a spin. */
+static double cpu_ms(clockid_t clk)
+{
+	struct timespec ts;
+
+	clock_gettime(clk, &ts);
+	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static void test_idle_waiter_sleeps(void **state)
+{
+	struct pair *p = *state;
+	DAT_EVENT ev;
+	DAT_COUNT nmore = 0;
+	double th0, pr0, th, pr;
+
+	watchdog(__func__, 60);
+	establish(p);
+	assert_ok(post_recv1(&p->s, 0, 64, 0x61));
+	/* one exchange first, so that the CQs have run and armed */
+	assert_ok(post_send1(&p->c, 0, 8, 0x62, DAT_COMPLETION_DEFAULT_FLAG));
+	expect_dto(p->s.rcv, p->s.ep, 0x61, DAT_DTO_RECEIVE, DAT_DTO_SUCCESS, 8, 2000,
+		   "server receive");
+	expect_dto(p->c.req, p->c.ep, 0x62, DAT_DTO_SEND, DAT_DTO_SUCCESS, 8, 2000, "client send");
+	assert_ok(post_recv1(&p->s, 0, 64, 0x63));
+	th0 = cpu_ms(CLOCK_THREAD_CPUTIME_ID);
+	pr0 = cpu_ms(CLOCK_PROCESS_CPUTIME_ID);
+	assert_err(dat_evd_wait(p->s.rcv, 400 * MS, 1, &ev, &nmore), DAT_TIMEOUT_EXPIRED);
+	th = cpu_ms(CLOCK_THREAD_CPUTIME_ID) - th0;
+	pr = cpu_ms(CLOCK_PROCESS_CPUTIME_ID) - pr0;
+	print_message("# a 400 ms wait on an idle EP: %.1f ms CPU in the waiter, %.1f ms in "
+		      "the process\n", th, pr);
+	if (th > 40 || pr > 80)
+		fail_msg("an idle dat_evd_wait of 400 ms used %.1f ms of CPU (the process: "
+			 "%.1f ms): the waiter or a progress thread spins", th, pr);
+	/* and it still wakes for the real thing */
+	assert_ok(post_send1(&p->c, 0, 8, 0x64, DAT_COMPLETION_DEFAULT_FLAG));
+	expect_dto(p->s.rcv, p->s.ep, 0x63, DAT_DTO_RECEIVE, DAT_DTO_SUCCESS, 8, 2000,
+		   "server receive after the idle wait");
+	expect_dto(p->c.req, p->c.ep, 0x64, DAT_DTO_SEND, DAT_DTO_SUCCESS, 8, 2000, "client send");
+	alarm(0);
+}
+
+/* An EP connects while a waiter sleeps on its receive EVD, whose CQ holds
+ * another connection already: the waiter wakes for the new connection's
+ * first message.  (A CQ whose fd mirrors the provider's poll fds must take
+ * in the new socket without a pass of its own sleeper.) */
+static void test_waiter_sees_a_new_connection(void **state)
+{
+	struct pair *p = *state;
+	DAT_EP_ATTR a = ep_attr(EP_DTOS, EP_DTOS);
+	struct target_wait t = { .evd = p->s.rcv };
+	DAT_DTO_COMPLETION_EVENT_DATA *d = &t.ev.event_data.dto_completion_event_data;
+	pthread_t tid;
+	uint64_t t0;
+	unsigned ms;
+
+	watchdog(__func__, 60);
+	establish(p);		/* the first connection: its socket is in the CQ's fd */
+	assert_ok(dat_ep_create(p->s.ia, p->s.pz, p->s.rcv, p->s.req, p->s.conn, &a, &p->s.ep));
+	assert_ok(dat_ep_create(p->c.ia, p->c.pz, p->c.rcv, p->c.req, p->c.conn, &a, &p->c.ep));
+	assert_ok(post_recv1(&p->s, 0, 64, 0x71));
+	assert_int_equal(pthread_create(&tid, NULL, target_wait_main, &t), 0);
+	usleep(50 * 1000);	/* asleep in dat_evd_wait */
+	establish(p);		/* the second one, on the same EVDs */
+	usleep(20 * 1000);
+	t0 = now_ns();
+	assert_ok(post_send1(&p->c, 0, 8, 0x72, DAT_COMPLETION_DEFAULT_FLAG));
+	pthread_join(tid, NULL);
+	ms = (unsigned)ms_since(t0);
+	assert_ok(t.rc);
+	assert_int_equal(t.ev.event_number, DAT_DTO_COMPLETION_EVENT);
+	assert_int_equal(d->user_cookie.as_64, 0x71);
+	assert_ptr_equal(d->ep_handle, p->s.ep);
+	if (ms > 1000)
+		fail_msg("the waiter woke %u ms after the new connection's send", ms);
+	expect_dto(p->c.req, p->c.ep, 0x72, DAT_DTO_SEND, DAT_DTO_SUCCESS, 8, 2000, "client send");
+	alarm(0);
+}
+
+/* A waiter sleeps on a receive EVD whose first connection was freed and a
+ * second one made: the second connection's sockets most likely got the
+ * numbers of the first one's, and the waiter still wakes for its message.
+ * (A CQ fd that mirrors the provider's poll fds by number must not keep a
+ * closed socket's number in its books.) */
+static void test_waiter_after_fd_reuse(void **state)
+{
+	struct pair *p = *state;
+	DAT_EP_ATTR a = ep_attr(EP_DTOS, EP_DTOS);
+	struct target_wait t = { .evd = p->s.rcv };
+	DAT_DTO_COMPLETION_EVENT_DATA *d = &t.ev.event_data.dto_completion_event_data;
+	pthread_t tid;
+	uint64_t t0;
+	unsigned ms;
+	double cpu;
+
+	watchdog(__func__, 60);
+	establish(p);
+	/* a wait first, so that the receive CQ's fd holds this socket */
+	assert_ok(post_recv1(&p->s, 0, 64, 0x81));
+	assert_ok(post_send1(&p->c, 0, 8, 0x82, DAT_COMPLETION_DEFAULT_FLAG));
+	expect_dto(p->s.rcv, p->s.ep, 0x81, DAT_DTO_RECEIVE, DAT_DTO_SUCCESS, 8, 2000,
+		   "server receive");
+	expect_dto(p->c.req, p->c.ep, 0x82, DAT_DTO_SEND, DAT_DTO_SUCCESS, 8, 2000, "client send");
+	assert_ok(dat_ep_free(p->c.ep));
+	assert_ok(dat_ep_free(p->s.ep));
+	sleep_ms(100);		/* the first connection's end, if reported, is dropped */
+	while (dat_evd_dequeue(p->s.conn, &t.ev) == DAT_SUCCESS ||
+	       dat_evd_dequeue(p->c.conn, &t.ev) == DAT_SUCCESS)
+		;
+	assert_ok(dat_ep_create(p->s.ia, p->s.pz, p->s.rcv, p->s.req, p->s.conn, &a, &p->s.ep));
+	assert_ok(dat_ep_create(p->c.ia, p->c.pz, p->c.rcv, p->c.req, p->c.conn, &a, &p->c.ep));
+	establish(p);
+	assert_ok(post_recv1(&p->s, 0, 64, 0x83));
+	assert_int_equal(pthread_create(&tid, NULL, target_wait_main, &t), 0);
+	usleep(50 * 1000);	/* asleep in dat_evd_wait */
+	cpu = cpu_ms(CLOCK_PROCESS_CPUTIME_ID);
+	usleep(200 * 1000);
+	cpu = cpu_ms(CLOCK_PROCESS_CPUTIME_ID) - cpu;
+	print_message("# 200 ms of that wait: %.1f ms CPU in the process\n", cpu);
+	if (cpu > 60)
+		fail_msg("the waiter spins: %.1f ms of CPU in 200 ms of waiting", cpu);
+	t0 = now_ns();
+	assert_ok(post_send1(&p->c, 0, 8, 0x84, DAT_COMPLETION_DEFAULT_FLAG));
+	pthread_join(tid, NULL);
+	ms = (unsigned)ms_since(t0);
+	assert_ok(t.rc);
+	assert_int_equal(d->user_cookie.as_64, 0x83);
+	assert_ptr_equal(d->ep_handle, p->s.ep);
+	if (ms > 1000)
+		fail_msg("the waiter woke %u ms after the second connection's send", ms);
+	expect_dto(p->c.req, p->c.ep, 0x84, DAT_DTO_SEND, DAT_DTO_SUCCESS, 8, 2000, "client send");
+	alarm(0);
+}
+
 #define TP(name) cmocka_unit_test_setup_teardown(name, pair_setup, pair_teardown)
 
 int main(int argc, char **argv)
@@ -3765,6 +3903,9 @@ int main(int argc, char **argv)
 		TP(test_rdma_write_then_send_visibility),
 		/* 13. the progress thread beside a target waiting for receives */
 		TP(test_progress_stays_off_a_waiting_target),
+		TP(test_idle_waiter_sleeps),
+		TP(test_waiter_sees_a_new_connection),
+		TP(test_waiter_after_fd_reuse),
 		/* sends on a disconnected EP (last: a crash there takes the run) */
 		TP(test_send_after_disconnect),
 		TP(test_send_after_peer_rejected),
