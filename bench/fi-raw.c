@@ -26,9 +26,10 @@
  * once a process has a second thread, and the visits touch more pages when
  * the endpoints lie further apart (bench/RESULTS.md).
  *
- * Modes: poll = fi_cq_read spinning, on FI_WAIT_UNSPEC CQs; wait =
- * fi_cq_read, fi_trywait, then poll(2) on the CQ's fd (FI_WAIT_FD,
- * FI_GETWAIT): the blocking pattern of man fi_poll(3).  Options and output are daplofi-perf's (--help).
+ * Modes: poll = fi_cq_read spinning (FI_WAIT_UNSPEC CQs when
+ * DAPL_OFI_CQ_WAIT=pollfd, see cq_open); wait = fi_cq_read, fi_trywait,
+ * then poll(2) on the CQ's fd (FI_GETWAIT): the blocking pattern of
+ * man fi_poll(3).  Options and output are daplofi-perf's (--help).
  */
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
@@ -607,22 +608,25 @@ static int fabric_open(struct raw_x *x)
 	return 0;
 }
 
-/* A polling consumer's CQ has no fd to wait on (FI_WAIT_UNSPEC: tcp
- * keeps a poll-fd list, and its empty passes are a poll(2) rather than an
- * epoll_wait, as fi_pingpong's FI_WAIT_NONE CQs), a waiting one has
- * (FI_WAIT_FD).  dapl-ofi's CQs are FI_WAIT_UNSPEC (DAPL_OFI_CQ_WAIT). */
+/* FI_WAIT_FD, as dapl-ofi's CQs.  Polling with DAPL_OFI_CQ_WAIT=pollfd
+ * (dapl-ofi's CQs are then FI_WAIT_UNSPEC: tcp keeps a poll-fd list, and
+ * an empty pass is a poll(2) rather than an epoll_wait), fi-raw's are
+ * FI_WAIT_UNSPEC too, with no fd to wait on, as a raw polling program's
+ * would be (fi_pingpong: FI_WAIT_NONE); waiting, they keep the fd. */
 static int cq_open(struct raw_x *x, struct fid_cq **cq, int *fd)
 {
+	const char *w = getenv("DAPL_OFI_CQ_WAIT");
+	bool unspec = x->mode == M_POLL && w && !strcmp(w, "pollfd");
 	struct fi_cq_attr a = {
 		.size = 1024, .format = FI_CQ_FORMAT_MSG,
-		.wait_obj = x->mode == M_POLL ? FI_WAIT_UNSPEC : FI_WAIT_FD,
+		.wait_obj = unspec ? FI_WAIT_UNSPEC : FI_WAIT_FD,
 	};
 	int rc = fi_cq_open(x->domain, &a, cq, NULL);
 
 	if (rc)
 		return fi_fail(rc, "fi_cq_open");
 	*fd = -1;
-	if (x->mode == M_POLL)
+	if (unspec)
 		return 0;
 	rc = fi_control(&(*cq)->fid, FI_GETWAIT, fd);
 	return rc ? fi_fail(rc, "fi_control(FI_GETWAIT)") : 0;

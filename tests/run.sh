@@ -106,6 +106,20 @@ if [ "$scope" = all ] && [ -x "$B/tests/test_api_conn" ]; then
 		done
 	done
 fi
+# Completion queues with poll fds (DAPL_OFI_CQ_WAIT=pollfd, fabric/cm.c):
+# their fd is dapl-ofi's mirror of the provider's list, and every waiter,
+# the progress thread and each connect and close keep it right.  The
+# connection tests run again on them, and in the TSan variant the threads
+# that share a CQ.
+if [ -x "$B/tests/test_api_conn" ]; then
+	if [ "$variant" = tsan ]; then
+		DAPL_OFI_CQ_WAIT=pollfd run test_api_conn-pollfd-credits 300 \
+			"$B/tests/test_api_conn" 'test_stream_credits*'
+	elif [ "$scope" = all ]; then
+		DAPL_OFI_CQ_WAIT=pollfd run test_api_conn-pollfd 300 "$B/tests/test_api_conn"
+		DAPL_OFI_CQ_WAIT=pollfd run test_api_srq-pollfd 300 "$B/tests/test_api_srq"
+	fi
+fi
 if [ "$scope" != unit ] && [ -x tests/stock/dapltest.sh ]; then
 	B=$B DAPLTEST_WRAP="$stock_wrap" run stock_dapltest 900 tests/stock/dapltest.sh
 fi
@@ -121,6 +135,15 @@ if [ "$scope" != unit ] && [ -x tests/stock/clients.sh ]; then
 	B=$B CLIENTS_WRAP="$stock_wrap" CLIENTS_CASES="${CLIENTS_CASES:-dtest-default dtest-p \
 dtest-c dtest-w dtest-u dtest-rr dtest-pingpong dtest-allsizes dtest-datacheck dtestcm-poll \
 dtestcm-w dtestsrq-srq dtestsrq-srq-c4 dtestsrq-srq-c8 dtestsrq-nosrq}" run stock_clients 1200 tests/stock/clients.sh
+fi
+# The stock programs again on poll-fd completion queues (see above): the
+# plain variant only.
+if [ "$scope" = all ] && [ "$variant" = plain ]; then
+	[ -x tests/stock/dapltest.sh ] && DAPL_OFI_CQ_WAIT=pollfd B=$B DAPLTEST_WRAP="" \
+		run stock_dapltest-pollfd 900 tests/stock/dapltest.sh
+	[ -x tests/stock/clients.sh ] && DAPL_OFI_CQ_WAIT=pollfd B=$B CLIENTS_WRAP="" \
+		CLIENTS_CASES="dtest-default dtest-w dtest-rr dtest-pingpong dtestcm-poll \
+dtestcm-w dtestsrq-srq dtestsrq-nosrq" run stock_clients-pollfd 1200 tests/stock/clients.sh
 fi
 # The example programs (tests/examples.sh: an upcall-echo server and client
 # on a free port in 18600-18699); not in the valgrind variant's "stock" scope.

@@ -373,10 +373,14 @@ int dfi_fep_peer(struct dfi_fep *e, struct sockaddr_in *peer)
  * (and a signal fd), and each empty-CQ progress pass epoll_waits on it;
  * asked for FI_WAIT_UNSPEC it keeps a poll-fd list instead and its pass is
  * a poll(2): a polling 64 B ping-pong is about 10 % faster one way (raw
- * libfabric 1.17, tcp, loopback; bench/RESULTS.md).  DAT EVDs must also be
- * waitable, and the progress thread and waiters sleep on one fd: for such
- * a CQ that fd is an epoll set of ours mirroring the provider's poll fds,
- * events included (FI_GETWAIT gives them as struct fi_wait_pollfd).
+ * libfabric 1.17, tcp, loopback; bench/RESULTS.md) - but poll(2) costs
+ * every fd in the list, and beside 1024 idle EPs the same ping-pong takes
+ * 6 times longer.  So FI_WAIT_FD stays the default, and
+ * DAPL_OFI_CQ_WAIT=pollfd asks for FI_WAIT_UNSPEC, for a few connections
+ * per CQ.  DAT EVDs must also be waitable, and the progress thread and
+ * waiters sleep on one fd: for such a CQ that fd is an epoll set of ours
+ * mirroring the provider's poll fds, events included (FI_GETWAIT gives
+ * them as struct fi_wait_pollfd).
  *
  * The list changes when an EP's socket joins or leaves and when tcp wants
  * to know that a full socket can take more (POLLOUT).  Such a change
@@ -404,7 +408,6 @@ int dfi_fep_peer(struct dfi_fep *e, struct sockaddr_in *peer)
  * epoll wake-up callback in the kernel (about 3 % of a polling ping-pong):
  * while its consumer keeps polling it is emptied (dfi_cq_quiet), and the
  * next sleeper fills it again.
- * DAPL_OFI_CQ_WAIT=fd keeps the provider's fd (FI_WAIT_FD).
  */
 struct dfi_cq_mirror {
 	pthread_mutex_t lock;
@@ -645,13 +648,14 @@ int dfi_cq_open(struct dfi_fabric *f, size_t size, struct dfi_cq **out)
 		return -ENOMEM;
 	c->fabric = f->fabric;
 	c->fd = -1;
-	if (strcmp(wait, "fd") != 0) {
+	if (strcmp(wait, "pollfd") == 0) {
+		rc = cq_open_unspec(f, &attr, c);
+	} else if (strcmp(wait, "fd") != 0) {
 		static atomic_bool warned;
 
-		if (strcmp(wait, "pollfd") != 0 && !atomic_exchange(&warned, true))
-			dfi_warn(DFI_SS_FABRIC, "DAPL_OFI_CQ_WAIT=%s is neither pollfd nor fd: "
-				 "pollfd is used", wait);
-		rc = cq_open_unspec(f, &attr, c);
+		if (!atomic_exchange(&warned, true))
+			dfi_warn(DFI_SS_FABRIC, "DAPL_OFI_CQ_WAIT=%s is neither fd nor pollfd: "
+				 "fd is used", wait);
 	}
 	if (rc == -ENOTSUP) {
 		attr.wait_obj = FI_WAIT_FD;
