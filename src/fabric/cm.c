@@ -580,21 +580,27 @@ static int mirror_sync(struct dfi_cq *c)
 	return rc;
 }
 
-/* Bring the mirror up to date (sleep: for one about to sleep on it; else
- * only if someone may: the progress thread or a waiter). */
-static void mirror_resync(struct dfi_cq *c, int sleep)
+/* mirror_sync if anyone may sleep on the mirror or it holds fds (lock
+ * held); a failure is logged. */
+static void mirror_sync_used(struct dfi_cq *c)
 {
 	struct dfi_cq_mirror *m = c->mirror;
-	int rc = 0;
+	int rc;
 
-	pthread_mutex_lock(&m->lock);
-	m->sleepers += sleep;
-	if (sleep || m->sleepers || atomic_load_explicit(&c->watched, memory_order_relaxed))
-		rc = mirror_sync(c);
-	pthread_mutex_unlock(&m->lock);
-	if (rc)
+	if (!m->sleepers && !m->nhave && !atomic_load_explicit(&c->watched, memory_order_relaxed))
+		return;		/* emptied (dfi_cq_quiet): the next sleeper fills it */
+	if ((rc = mirror_sync(c)))
 		dfi_warn(DFI_SS_FABRIC, "CQ %p: its fd may miss an EP: %s", (void *)c,
 			 fi_strerror(-rc));
+}
+
+/* Bring the mirror up to date (sleep: for one about to sleep on it). */
+static void mirror_resync(struct dfi_cq *c, int sleep)
+{
+	pthread_mutex_lock(&c->mirror->lock);
+	c->mirror->sleepers += sleep;
+	mirror_sync_used(c);
+	pthread_mutex_unlock(&c->mirror->lock);
 }
 
 static void mirror_free(struct dfi_cq_mirror *m)
@@ -844,18 +850,11 @@ void dfi_fep_close_bound(struct dfi_fep *e, struct dfi_cq *const *cqs, int n)
 		pthread_mutex_lock(&held[i]->mirror->lock);
 	dfi_fep_close(e);
 	for (int i = nheld - 1; i >= 0; i--) {
-		struct dfi_cq *c = held[i];
-		struct dfi_cq_mirror *m = c->mirror;
 		struct fi_cq_msg_entry none;
-		int rc = 0;
 
-		(void)fi_cq_read(c->cq, &none, 0);	/* the removal applied */
-		if (m->nhave || m->sleepers || atomic_load_explicit(&c->watched, memory_order_relaxed))
-			rc = mirror_sync(c);
-		pthread_mutex_unlock(&m->lock);
-		if (rc)
-			dfi_warn(DFI_SS_FABRIC, "CQ %p: its fd may miss an EP: %s", (void *)c,
-				 fi_strerror(-rc));
+		(void)fi_cq_read(held[i]->cq, &none, 0);	/* the removal applied */
+		mirror_sync_used(held[i]);
+		pthread_mutex_unlock(&held[i]->mirror->lock);
 	}
 }
 

@@ -3715,6 +3715,18 @@ static void test_progress_stays_off_a_waiting_target(void **state)
 	alarm(0);
 }
 
+/* One 8-byte message from the client to the server (cookies recv_ck and
+ * send_ck), both completions checked. */
+static void exchange1(struct pair *p, uint64_t recv_ck, uint64_t send_ck)
+{
+	assert_ok(post_recv1(&p->s, 0, 64, recv_ck));
+	assert_ok(post_send1(&p->c, 0, 8, send_ck, DAT_COMPLETION_DEFAULT_FLAG));
+	expect_dto(p->s.rcv, p->s.ep, recv_ck, DAT_DTO_RECEIVE, DAT_DTO_SUCCESS, 8, 2000,
+		   "server receive");
+	expect_dto(p->c.req, p->c.ep, send_ck, DAT_DTO_SEND, DAT_DTO_SUCCESS, 8, 2000,
+		   "client send");
+}
+
 /* A waiter on a connected, idle EP sleeps: dat_evd_wait with nothing to
  * come times out having used next to no CPU, and so does the process (its
  * progress threads).  A wait object that stays readable when nothing came
@@ -3736,12 +3748,7 @@ static void test_idle_waiter_sleeps(void **state)
 
 	watchdog(__func__, 60);
 	establish(p);
-	assert_ok(post_recv1(&p->s, 0, 64, 0x61));
-	/* one exchange first, so that the CQs have run and armed */
-	assert_ok(post_send1(&p->c, 0, 8, 0x62, DAT_COMPLETION_DEFAULT_FLAG));
-	expect_dto(p->s.rcv, p->s.ep, 0x61, DAT_DTO_RECEIVE, DAT_DTO_SUCCESS, 8, 2000,
-		   "server receive");
-	expect_dto(p->c.req, p->c.ep, 0x62, DAT_DTO_SEND, DAT_DTO_SUCCESS, 8, 2000, "client send");
+	exchange1(p, 0x61, 0x62);	/* first, so that the CQs have run and armed */
 	assert_ok(post_recv1(&p->s, 0, 64, 0x63));
 	th0 = cpu_ms(CLOCK_THREAD_CPUTIME_ID);
 	pr0 = cpu_ms(CLOCK_PROCESS_CPUTIME_ID);
@@ -3761,6 +3768,29 @@ static void test_idle_waiter_sleeps(void **state)
 	alarm(0);
 }
 
+/* The client sends on its EP (cookie send_ck) while thread tid waits on the
+ * server's receive EVD (t): the waiter wakes within a second with the
+ * server EP's receive recv_ck. */
+static void expect_waiter_wakes(struct pair *p, pthread_t tid, struct target_wait *t,
+				uint64_t recv_ck, uint64_t send_ck, const char *what)
+{
+	DAT_DTO_COMPLETION_EVENT_DATA *d = &t->ev.event_data.dto_completion_event_data;
+	uint64_t t0 = now_ns();
+	unsigned ms;
+
+	assert_ok(post_send1(&p->c, 0, 8, send_ck, DAT_COMPLETION_DEFAULT_FLAG));
+	pthread_join(tid, NULL);
+	ms = (unsigned)ms_since(t0);
+	assert_ok(t->rc);
+	assert_int_equal(t->ev.event_number, DAT_DTO_COMPLETION_EVENT);
+	assert_int_equal(d->user_cookie.as_64, recv_ck);
+	assert_ptr_equal(d->ep_handle, p->s.ep);
+	if (ms > 1000)
+		fail_msg("the waiter woke %u ms after %s", ms, what);
+	expect_dto(p->c.req, p->c.ep, send_ck, DAT_DTO_SEND, DAT_DTO_SUCCESS, 8, 2000,
+		   "client send");
+}
+
 /* An EP connects while a waiter sleeps on its receive EVD, whose CQ holds
  * another connection already: the waiter wakes for the new connection's
  * first message.  (A CQ whose fd mirrors the provider's poll fds must take
@@ -3770,10 +3800,7 @@ static void test_waiter_sees_a_new_connection(void **state)
 	struct pair *p = *state;
 	DAT_EP_ATTR a = ep_attr(EP_DTOS, EP_DTOS);
 	struct target_wait t = { .evd = p->s.rcv };
-	DAT_DTO_COMPLETION_EVENT_DATA *d = &t.ev.event_data.dto_completion_event_data;
 	pthread_t tid;
-	uint64_t t0;
-	unsigned ms;
 
 	watchdog(__func__, 60);
 	establish(p);		/* the first connection: its socket is in the CQ's fd */
@@ -3784,17 +3811,7 @@ static void test_waiter_sees_a_new_connection(void **state)
 	usleep(50 * 1000);	/* asleep in dat_evd_wait */
 	establish(p);		/* the second one, on the same EVDs */
 	usleep(20 * 1000);
-	t0 = now_ns();
-	assert_ok(post_send1(&p->c, 0, 8, 0x72, DAT_COMPLETION_DEFAULT_FLAG));
-	pthread_join(tid, NULL);
-	ms = (unsigned)ms_since(t0);
-	assert_ok(t.rc);
-	assert_int_equal(t.ev.event_number, DAT_DTO_COMPLETION_EVENT);
-	assert_int_equal(d->user_cookie.as_64, 0x71);
-	assert_ptr_equal(d->ep_handle, p->s.ep);
-	if (ms > 1000)
-		fail_msg("the waiter woke %u ms after the new connection's send", ms);
-	expect_dto(p->c.req, p->c.ep, 0x72, DAT_DTO_SEND, DAT_DTO_SUCCESS, 8, 2000, "client send");
+	expect_waiter_wakes(p, tid, &t, 0x71, 0x72, "the new connection's send");
 	alarm(0);
 }
 
@@ -3808,20 +3825,12 @@ static void test_waiter_after_fd_reuse(void **state)
 	struct pair *p = *state;
 	DAT_EP_ATTR a = ep_attr(EP_DTOS, EP_DTOS);
 	struct target_wait t = { .evd = p->s.rcv };
-	DAT_DTO_COMPLETION_EVENT_DATA *d = &t.ev.event_data.dto_completion_event_data;
 	pthread_t tid;
-	uint64_t t0;
-	unsigned ms;
 	double cpu;
 
 	watchdog(__func__, 60);
 	establish(p);
-	/* a wait first, so that the receive CQ's fd holds this socket */
-	assert_ok(post_recv1(&p->s, 0, 64, 0x81));
-	assert_ok(post_send1(&p->c, 0, 8, 0x82, DAT_COMPLETION_DEFAULT_FLAG));
-	expect_dto(p->s.rcv, p->s.ep, 0x81, DAT_DTO_RECEIVE, DAT_DTO_SUCCESS, 8, 2000,
-		   "server receive");
-	expect_dto(p->c.req, p->c.ep, 0x82, DAT_DTO_SEND, DAT_DTO_SUCCESS, 8, 2000, "client send");
+	exchange1(p, 0x81, 0x82);	/* a wait, so that the receive CQ's fd holds this socket */
 	assert_ok(dat_ep_free(p->c.ep));
 	assert_ok(dat_ep_free(p->s.ep));
 	sleep_ms(100);		/* the first connection's end, if reported, is dropped */
@@ -3840,16 +3849,7 @@ static void test_waiter_after_fd_reuse(void **state)
 	print_message("# 200 ms of that wait: %.1f ms CPU in the process\n", cpu);
 	if (cpu > 60)
 		fail_msg("the waiter spins: %.1f ms of CPU in 200 ms of waiting", cpu);
-	t0 = now_ns();
-	assert_ok(post_send1(&p->c, 0, 8, 0x84, DAT_COMPLETION_DEFAULT_FLAG));
-	pthread_join(tid, NULL);
-	ms = (unsigned)ms_since(t0);
-	assert_ok(t.rc);
-	assert_int_equal(d->user_cookie.as_64, 0x83);
-	assert_ptr_equal(d->ep_handle, p->s.ep);
-	if (ms > 1000)
-		fail_msg("the waiter woke %u ms after the second connection's send", ms);
-	expect_dto(p->c.req, p->c.ep, 0x84, DAT_DTO_SEND, DAT_DTO_SUCCESS, 8, 2000, "client send");
+	expect_waiter_wakes(p, tid, &t, 0x83, 0x84, "the second connection's send");
 	alarm(0);
 }
 
