@@ -581,6 +581,16 @@ DAT_RETURN dfi_ep_disconnect(DAT_EP_HANDLE h, DAT_CLOSE_FLAGS flags)
 	return rc;
 }
 
+/* The CQs ep's endpoint is bound to (NULL where it has none): request,
+ * receive, and an SRQ EP's own receive CQ. */
+#define EP_NCQS 3
+static void ep_cqs(const struct dfi_ep *ep, struct dfi_cq *cqs[EP_NCQS])
+{
+	cqs[0] = ep->req_evd ? ep->req_evd->cq : NULL;
+	cqs[1] = ep->recv_evd ? ep->recv_evd->cq : NULL;
+	cqs[2] = ep->rcq;
+}
+
 void dfi_ep_close_fep(struct dfi_ep *ep)
 {
 	struct dfi_ia *ia = ep->hdr.ia;
@@ -592,15 +602,12 @@ void dfi_ep_close_fep(struct dfi_ep *ep)
 	ep->fep = NULL;
 	pthread_mutex_unlock(&ep->post_lock);
 	if (fep) {
-		struct dfi_cq *cqs[3] = {
-			ep->req_evd ? ep->req_evd->cq : NULL,
-			ep->recv_evd ? ep->recv_evd->cq : NULL,
-			ep->rcq,
-		};
+		struct dfi_cq *cqs[EP_NCQS];
 
+		ep_cqs(ep, cqs);
 		if (ep->state == DAT_EP_STATE_CONNECTED)
 			dfi_fep_shutdown(fep);
-		dfi_fep_close_bound(fep, cqs, 3);
+		dfi_fep_close_bound(fep, cqs, EP_NCQS);
 	}
 	pthread_mutex_unlock(&ia->cm_lock);
 }
@@ -722,14 +729,12 @@ static void ep_lost(struct dfi_ep *ep)
  * (fabric/cm.c, the poll-fd mirror). */
 static void ep_cqs_refresh(struct dfi_ep *ep)
 {
-	struct dfi_evd *req = ep->req_evd, *rcv = ep->recv_evd;
+	struct dfi_cq *cqs[EP_NCQS];
 
-	if (req && req->cq)
-		dfi_cq_progress(req->cq);
-	if (rcv && rcv != req && rcv->cq)
-		dfi_cq_progress(rcv->cq);
-	if (ep->rcq)
-		dfi_cq_progress(ep->rcq);
+	ep_cqs(ep, cqs);
+	for (int i = 0; i < EP_NCQS; i++)
+		if (cqs[i] && (i == 0 || cqs[i] != cqs[0]))
+			dfi_cq_progress(cqs[i]);
 }
 
 /* Translate one CM event (cm_lock held) into at most one DAT event. */

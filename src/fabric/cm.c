@@ -470,8 +470,17 @@ static __attribute__((noinline)) int getwait_call(struct dfi_cq *c, struct fi_wa
 	return rc;
 }
 
-/* The provider's poll fds into m->want (mirror lock held); nothing else. */
+/* The frame the suppression names: this call and nothing else. */
 static __attribute__((noinline)) int mirror_getwait(struct dfi_cq *c, struct fi_wait_pollfd *w)
+{
+	int rc = getwait_call(c, w);
+
+	__asm__ volatile("" ::: "memory");	/* no tail call */
+	return rc;
+}
+
+/* The provider's poll fds into m->want, grown as needed (mirror lock held). */
+static int mirror_fetch(struct dfi_cq *c, struct fi_wait_pollfd *w)
 {
 	struct dfi_cq_mirror *m = c->mirror;
 	int rc;
@@ -480,12 +489,21 @@ static __attribute__((noinline)) int mirror_getwait(struct dfi_cq *c, struct fi_
 		w->change_index = 0;
 		w->nfds = m->cap_want;
 		w->fd = m->want;
-		rc = getwait_call(c, w);
+		rc = mirror_getwait(c, w);
 		if (rc != -FI_ETOOSMALL)
 			return rc;
 		if (mirror_grow((void **)&m->want, &m->cap_want, w->nfds + 16, sizeof(*m->want)))
 			return -ENOMEM;
 	}
+}
+
+/* A pass of the CQ that reads no completion: tcp applies the changes to
+ * its poll-fd list that it queued (an EP's socket added or removed). */
+static void cq_apply_changes(struct dfi_cq *c)
+{
+	struct fi_cq_msg_entry none;
+
+	(void)fi_cq_read(c->cq, &none, 0);
 }
 
 /* Bring c's epoll set to the provider's poll fds (mirror lock held). */
@@ -498,7 +516,7 @@ static int mirror_sync(struct dfi_cq *c)
 	size_t i;
 	int rc;
 
-	if ((rc = mirror_getwait(c, &w)))
+	if ((rc = mirror_fetch(c, &w)))
 		return rc;
 	/* Entry 0 is the poll-fd set's own signal fd: a zero-timeout pass
 	 * (every fi_cq_read) does not poll it, so it stays readable once set,
@@ -812,11 +830,9 @@ void dfi_cq_quiet(struct dfi_cq *c)
 
 void dfi_cq_progress(struct dfi_cq *c)
 {
-	struct fi_cq_msg_entry none;
-
 	if (!c->mirror)
 		return;		/* the provider's own fd follows its sockets */
-	(void)fi_cq_read(c->cq, &none, 0);
+	cq_apply_changes(c);
 	mirror_resync(c, 0);
 }
 
@@ -850,9 +866,7 @@ void dfi_fep_close_bound(struct dfi_fep *e, struct dfi_cq *const *cqs, int n)
 		pthread_mutex_lock(&held[i]->mirror->lock);
 	dfi_fep_close(e);
 	for (int i = nheld - 1; i >= 0; i--) {
-		struct fi_cq_msg_entry none;
-
-		(void)fi_cq_read(held[i]->cq, &none, 0);	/* the removal applied */
+		cq_apply_changes(held[i]);	/* the socket's removal */
 		mirror_sync_used(held[i]);
 		pthread_mutex_unlock(&held[i]->mirror->lock);
 	}
