@@ -158,6 +158,7 @@ bench: all
 bench-smoke: all
 	@DAT_OVERRIDE=$(abspath $(DATCONF)) bench/compare -B $(B) --smoke
 	@DAT_OVERRIDE=$(abspath $(DATCONF)) bench/confidence -B $(B) --smoke
+	@DAT_OVERRIDE=$(abspath $(DATCONF)) bench/calls -B $(B) --smoke
 
 install: all
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(PKGCONFIGDIR) \

@@ -181,7 +181,10 @@ static int cq_get(struct raw_x *x, struct fid_cq *cq, int fd, struct fi_cq_msg_e
 	unsigned spins = 0;
 
 	for (;;) {
+		uint64_t t0 = cq == x->rxcq ? perf_call_t0() : 0;
 		ssize_t n = fi_cq_read(cq, e, (size_t)max);
+
+		perf_call_done(n > 0 ? PC_HIT : PC_EMPTY, t0);
 
 		if (n > 0)
 			return (int)n;

@@ -295,7 +295,10 @@ static int next_event(struct dat_x *x, DAT_EVD_HANDLE evd, DAT_EVENT *ev, uint64
 		return ring_next(x, evd == x->req ? x->req_ring : x->rcv_ring, ev, deadline);
 	if (!deadline || x->mode != M_WAIT) {
 		for (;;) {
+			uint64_t t0 = evd == x->rcv ? perf_call_t0() : 0;
+
 			rc = dat_evd_dequeue(evd, ev);
+			perf_call_done(rc == DAT_SUCCESS ? PC_HIT : PC_EMPTY, t0);
 			if (rc == DAT_SUCCESS)
 				return 1;
 			if (DAT_GET_TYPE(rc) != DAT_QUEUE_EMPTY)

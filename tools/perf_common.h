@@ -119,6 +119,72 @@ static inline uint64_t perf_now(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* --calls: where a latency test's time goes, call by call, in the same
+ * terms for both programs.  Each timed call costs two clock reads (about
+ * 25 ns each here); compare runs that both have --calls. */
+enum perf_call { PC_HIT, PC_EMPTY, PC_POST_RECV, PC_POST_SEND, PC_POST_WRITE, PC_REAP,
+		 PC_COUNT };
+
+static const char *const perf_call_names[PC_COUNT] = {
+	[PC_HIT] = "receive poll that found it", [PC_EMPTY] = "empty receive poll",
+	[PC_POST_RECV] = "post recv", [PC_POST_SEND] = "post send",
+	[PC_POST_WRITE] = "post write", [PC_REAP] = "reap",
+};
+
+static struct {
+	bool want, on;			/* --calls; inside a measured phase */
+	uint64_t ns[PC_COUNT], n[PC_COUNT];
+} perf_calls;
+
+/* The start of a timed call: 0 when not timing. */
+static inline uint64_t perf_call_t0(void)
+{
+	return perf_calls.on ? perf_now() : 0;
+}
+
+static inline void perf_call_done(enum perf_call k, uint64_t t0)
+{
+	if (t0) {
+		perf_calls.ns[k] += perf_now() - t0;
+		perf_calls.n[k]++;
+	}
+}
+
+/* The measured iterations begin. */
+static inline void perf_calls_begin(void)
+{
+	if (perf_calls.want) {
+		memset(perf_calls.ns, 0, sizeof(perf_calls.ns));
+		memset(perf_calls.n, 0, sizeof(perf_calls.n));
+		perf_calls.on = true;
+	}
+}
+
+/* The phase ended: one line on stderr, averages per call and calls per
+ * iteration, if this phase timed any. */
+static inline void perf_calls_end(const char *tool, bool server, const char *test,
+				  uint32_t size, uint32_t iters)
+{
+	char line[512];
+	const char *sep = "";
+	int len;
+
+	if (!perf_calls.on)
+		return;
+	perf_calls.on = false;
+	len = snprintf(line, sizeof(line), "%s: %s: calls, %s %" PRIu32 " B:", tool,
+		       server ? "server" : "client", test, size);
+	for (int k = 0; k < PC_COUNT && len > 0 && (size_t)len < sizeof(line); k++)
+		if (perf_calls.n[k]) {
+			len += snprintf(line + len, sizeof(line) - (size_t)len,
+					"%s %s %.3f us (%.2f/it)", sep, perf_call_names[k],
+					(double)perf_calls.ns[k] / (double)perf_calls.n[k] / 1000.0,
+					(double)perf_calls.n[k] / (iters ? iters : 1));
+			sep = ";";
+		}
+	fprintf(stderr, "%s\n", line);
+}
+
 /* ------------------------------------------------------------- the plan */
 
 /* What the client asks for; travels in the connect private data. */
@@ -285,6 +351,7 @@ struct perf_opts {
 	enum perf_fmt fmt;
 	bool verbose, quiet, header;
 	bool iters_set, warmup_set, mode_set, sizes_set;
+	bool calls;		/* --calls: time each call of the latency tests */
 };
 
 static inline enum perf_test perf_test_by_name(const char *s, size_t len)
@@ -471,6 +538,8 @@ static inline void perf_usage(FILE *f, const char *prog, const char *name_opt,
 "  -p           same as -m poll;  -c  same as -m cno (dtest's letters)\n"
 "  -T seconds   bound of every single wait (default 30)\n"
 "  --csv        CSV rows;  --json  one JSON document;  --no-header  no CSV header\n"
+"  --calls      send_lat, write_lat: time each poll, post and reap, print the\n"
+"               averages on stderr (on each side that is given --calls)\n"
 "  -q           no progress lines;  -v  verbose\n"
 "  --help       this text\n"
 "The client sends the plan (tests, sizes, iterations, window, mode) to the\n"
@@ -488,6 +557,7 @@ static inline int perf_parse_opts(int argc, char **argv, struct perf_opts *o,
 		{ "json", no_argument, NULL, 2 },
 		{ "no-header", no_argument, NULL, 3 },
 		{ "help", no_argument, NULL, 4 },
+		{ "calls", no_argument, NULL, 5 },
 		{ NULL, 0, NULL, 0 },
 	};
 	uint32_t v;
@@ -559,6 +629,7 @@ static inline int perf_parse_opts(int argc, char **argv, struct perf_opts *o,
 		case 4:
 			perf_usage(stdout, o->prog, name_opt, name_default);
 			return -1;
+		case 5: o->calls = true; perf_calls.want = true; break;
 		default:
 			perf_usage(stderr, o->prog, name_opt, name_default);
 			return PERF_EXIT_USAGE;
@@ -964,7 +1035,10 @@ static inline int perf_reap_some(struct perf_run *r)
 
 	if (!r->outstanding)
 		return PERF_OK;
+	uint64_t t0 = perf_call_t0();
+
 	n = r->ops->req_done(r->x, r->outstanding, 0);
+	perf_call_done(PC_REAP, t0);
 	if (n < 0)
 		return PERF_ERR;
 	r->outstanding -= n;
@@ -983,8 +1057,12 @@ static inline int perf_post(struct perf_run *r, enum perf_op op, size_t len, int
 	if (r->outstanding >= limit &&
 	    perf_reap_to(r, limit - 1, "waiting for a request completion"))
 		return PERF_ERR;
+	uint64_t t0 = perf_call_t0();
+
 	rc = op == OP_SEND ? r->ops->post_send(r->x, len) :
 	     op == OP_WRITE ? r->ops->post_write(r->x, len) : r->ops->post_read(r->x, len);
+	if (op != OP_READ)
+		perf_call_done(op == OP_SEND ? PC_POST_SEND : PC_POST_WRITE, t0);
 	if (rc)
 		return PERF_ERR;
 	r->outstanding++;
@@ -1005,7 +1083,11 @@ static inline int perf_recv_long(struct perf_run *r, size_t len, const char *wha
 		return PERF_ERR;
 	if (got != len)
 		return perf_fail(r, "%s: received %zu bytes, expected %zu", what, got, len);
-	return r->ops->post_recv(r->x) ? PERF_ERR : PERF_OK;
+	uint64_t t0 = perf_call_t0();
+
+	rc = r->ops->post_recv(r->x);
+	perf_call_done(PC_POST_RECV, t0);
+	return rc ? PERF_ERR : PERF_OK;
 }
 
 static inline int perf_recv(struct perf_run *r, size_t len, const char *what)
@@ -1080,8 +1162,10 @@ static inline int perf_pingpong(struct perf_run *r, uint32_t size, uint32_t warm
 	for (uint32_t i = 0; i < total; i++) {
 		uint64_t it0;
 
-		if (i == warm && t0)
+		if (i == warm && t0) {
 			*t0 = perf_now();
+			perf_calls_begin();
+		}
 		it0 = perf_now();
 		if (r->server) {
 			if (perf_recv(r, size, ping) || perf_post(r, OP_SEND, size, r->req_depth))
@@ -1235,8 +1319,10 @@ static inline int perf_phase(struct perf_run *r, enum perf_test t, uint32_t size
 		for (uint32_t i = 0; i < total; i++) {
 			uint8_t v = perf_next_seq(r);
 
-			if (i == warm)
+			if (i == warm) {
 				t0 = perf_now();
+				perf_calls_begin();
+			}
 			it0 = perf_now();
 			if (r->server) {
 				if (poll ? perf_poll_byte(r, size, v) :
@@ -1405,6 +1491,9 @@ static inline int perf_phase(struct perf_run *r, enum perf_test t, uint32_t size
 	default:
 		return perf_fail(r, "%s is not a peer test", tn);
 	}
+	if (t == T_SEND_LAT || t == T_WRITE_LAT)
+		perf_calls_end(r->tool, r->server, tn, size, n);
+	perf_calls.on = false;		/* conn's ping-pong: not printed */
 
 	/* the end barrier: for streams, the receiver has everything */
 	if (perf_barrier(r, "end of a test phase", passive ? 20 : 1))
