@@ -178,7 +178,6 @@ struct dfi_early {
  * busy until then too).  Taker-side fields are written by the taker only;
  * everyone else adds to the atomic counts and pushes onto `returned`. */
 struct dfi_dto_pool {
-	struct dfi_dto *d;
 	int n;
 	int free_head;			/* the taker's free list (post_lock) */
 	/* descriptors given back, a stack pushed by CQ readers (CAS) and taken
@@ -190,6 +189,8 @@ struct dfi_dto_pool {
 	_Atomic unsigned released;
 	_Atomic unsigned read;
 	struct dfi_dto_pool *next_zombie;
+	/* in the same allocation as the counts: a completion touches both */
+	struct dfi_dto d[];
 };
 
 /* A receive posted to an SRQ: the context the libfabric completion hands

@@ -18,6 +18,7 @@
  * earlier), so they too enter the ring only into free slots and are counted
  * until the consumer reaps them.
  */
+#include "util/hot.h"
 #include "dfi.h"
 #include "fabric/fabric.h"
 
@@ -29,15 +30,10 @@
 
 struct dfi_dto_pool *dfi_dto_pool_new(int n)
 {
-	struct dfi_dto_pool *p = calloc(1, sizeof(*p));
+	struct dfi_dto_pool *p = calloc(1, sizeof(*p) + (size_t)n * sizeof(p->d[0]));
 
 	if (!p)
 		return NULL;
-	p->d = calloc((size_t)n, sizeof(*p->d));
-	if (!p->d) {
-		free(p);
-		return NULL;
-	}
 	p->n = n;
 	for (int i = 0; i < n; i++) {
 		p->d[i].pool = p;
@@ -50,7 +46,6 @@ struct dfi_dto_pool *dfi_dto_pool_new(int n)
 
 static void pool_free(struct dfi_dto_pool *p)
 {
-	free(p->d);
 	free(p);
 }
 
@@ -91,7 +86,7 @@ static void dto_put(struct dfi_dto_pool *p, int i)
  * ones' slots are released (the reported ones' when their events are
  * reaped, cq_consumed).  One push per run, not per completion: a stream's
  * batch comes from one EP. */
-static void dto_complete(struct dfi_dto_pool *p, const int *idx, int n, int reported)
+DFI_HOT static void dto_complete(struct dfi_dto_pool *p, const int *idx, int n, int reported)
 {
 	int head;
 
@@ -177,7 +172,7 @@ DAT_DTO_COMPLETION_STATUS dfi_dto_status(int err)
 /* Every field of the DTO completion is written; the rest of the event's
  * union is not cleared (it is not this event's, and this runs once per
  * completion). */
-static void dto_event(struct dfi_dto *d, const struct dfi_comp *c, DAT_EVENT *ev)
+DFI_HOT static void dto_event(struct dfi_dto *d, const struct dfi_comp *c, DAT_EVENT *ev)
 {
 	DAT_DTO_COMPLETION_EVENT_DATA *e = &ev->event_data.dto_completion_event_data;
 
@@ -200,7 +195,7 @@ static void dto_event(struct dfi_dto *d, const struct dfi_comp *c, DAT_EVENT *ev
 
 /* Whether a completion becomes an event: a suppressed success frees its
  * slot silently; an error is always reported. */
-static bool dto_reported(const struct dfi_dto *d, const struct dfi_comp *c)
+DFI_HOT static bool dto_reported(const struct dfi_dto *d, const struct dfi_comp *c)
 {
 	return !d->suppress || c->err;
 }
@@ -208,7 +203,7 @@ static bool dto_reported(const struct dfi_dto *d, const struct dfi_comp *c)
 /* A fill of the EVD must cost one fi_cq_read: each is a progress pass. */
 _Static_assert(DFI_CQ_BATCH >= DFI_EVQ_FILL_BATCH, "a fill must take one CQ read");
 
-static int cq_read(void *ctx, DAT_EVENT *ev, int max)
+DFI_HOT static int cq_read(void *ctx, DAT_EVENT *ev, int max)
 {
 	struct dfi_evd *evd = ctx;
 	int out = evd->staged ? dfi_srq_take_staged(evd, ev, max) : 0;
@@ -254,7 +249,7 @@ static void cq_consumed(void *ctx, const DAT_EVENT *ev);
 /* One completion for a consumer that reaps it now: its slot is released
  * here, as for a suppressed one (cq_read keeps a reported one's slot
  * until cq_consumed). */
-static int cq_read_one(void *ctx, DAT_EVENT *ev)
+DFI_HOT static int cq_read_one(void *ctx, DAT_EVENT *ev)
 {
 	struct dfi_evd *evd = ctx;
 
@@ -287,7 +282,7 @@ static int cq_read_one(void *ctx, DAT_EVENT *ev)
 	return 0;
 }
 
-static int cq_trywait(void *ctx)
+DFI_HOT static int cq_trywait(void *ctx)
 {
 	struct dfi_evd *evd = ctx;
 
@@ -296,21 +291,21 @@ static int cq_trywait(void *ctx)
 	return dfi_cq_trywait(evd->cq);
 }
 
-static int cq_fd(void *ctx)
+DFI_HOT static int cq_fd(void *ctx)
 {
 	struct dfi_evd *evd = ctx;
 
 	return dfi_cq_sleep_fd(evd->cq);
 }
 
-static void cq_slept(void *ctx)
+DFI_HOT static void cq_slept(void *ctx)
 {
 	struct dfi_evd *evd = ctx;
 
 	dfi_cq_slept(evd->cq);
 }
 
-static void cq_consumed(void *ctx, const DAT_EVENT *ev)
+DFI_HOT static void cq_consumed(void *ctx, const DAT_EVENT *ev)
 {
 	const DAT_DTO_COMPLETION_EVENT_DATA *e = &ev->event_data.dto_completion_event_data;
 	struct dfi_ep *ep = dfi_obj_get(e->ep_handle, DFI_T_EP);
@@ -575,28 +570,28 @@ POST_INLINE DAT_RETURN post(DAT_EP_HANDLE h, DAT_COUNT nseg, DAT_LMR_TRIPLET *io
 	return rc;
 }
 
-DAT_RETURN dfi_ep_post_send(DAT_EP_HANDLE ep, DAT_COUNT n, DAT_LMR_TRIPLET *iov,
-			    DAT_DTO_COOKIE cookie, DAT_COMPLETION_FLAGS flags)
+DFI_HOT DAT_RETURN dfi_ep_post_send(DAT_EP_HANDLE ep, DAT_COUNT n, DAT_LMR_TRIPLET *iov,
+				    DAT_DTO_COOKIE cookie, DAT_COMPLETION_FLAGS flags)
 {
 	return post(ep, n, iov, cookie, NULL, flags, POST_SEND);
 }
 
-DAT_RETURN dfi_ep_post_recv(DAT_EP_HANDLE ep, DAT_COUNT n, DAT_LMR_TRIPLET *iov,
-			    DAT_DTO_COOKIE cookie, DAT_COMPLETION_FLAGS flags)
+DFI_HOT DAT_RETURN dfi_ep_post_recv(DAT_EP_HANDLE ep, DAT_COUNT n, DAT_LMR_TRIPLET *iov,
+				    DAT_DTO_COOKIE cookie, DAT_COMPLETION_FLAGS flags)
 {
 	return post(ep, n, iov, cookie, NULL, flags, POST_RECV);
 }
 
-DAT_RETURN dfi_ep_post_rdma_write(DAT_EP_HANDLE ep, DAT_COUNT n, DAT_LMR_TRIPLET *iov,
-				  DAT_DTO_COOKIE cookie, const DAT_RMR_TRIPLET *r,
-				  DAT_COMPLETION_FLAGS flags)
+DFI_HOT DAT_RETURN dfi_ep_post_rdma_write(DAT_EP_HANDLE ep, DAT_COUNT n, DAT_LMR_TRIPLET *iov,
+					  DAT_DTO_COOKIE cookie, const DAT_RMR_TRIPLET *r,
+					  DAT_COMPLETION_FLAGS flags)
 {
 	return post(ep, n, iov, cookie, r, flags, POST_WRITE);
 }
 
-DAT_RETURN dfi_ep_post_rdma_read(DAT_EP_HANDLE ep, DAT_COUNT n, DAT_LMR_TRIPLET *iov,
-				 DAT_DTO_COOKIE cookie, const DAT_RMR_TRIPLET *r,
-				 DAT_COMPLETION_FLAGS flags)
+DFI_HOT DAT_RETURN dfi_ep_post_rdma_read(DAT_EP_HANDLE ep, DAT_COUNT n, DAT_LMR_TRIPLET *iov,
+					 DAT_DTO_COOKIE cookie, const DAT_RMR_TRIPLET *r,
+					 DAT_COMPLETION_FLAGS flags)
 {
 	return post(ep, n, iov, cookie, r, flags, POST_READ);
 }

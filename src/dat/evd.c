@@ -1,5 +1,6 @@
 /* The DAT face of the Event Dispatcher: handle and argument checks, then the
  * event core (src/event/evd_core.c) does the work. */
+#include "util/hot.h"
 #include "dfi.h"
 #include "util/param.h"
 
@@ -180,8 +181,8 @@ DAT_RETURN dfi_evd_clear_unwaitable(DAT_EVD_HANDLE h)
 	return DAT_SUCCESS;
 }
 
-DAT_RETURN dfi_evd_wait(DAT_EVD_HANDLE h, DAT_TIMEOUT timeout, DAT_COUNT threshold,
-			DAT_EVENT *event, DAT_COUNT *nmore)
+DFI_HOT DAT_RETURN dfi_evd_wait(DAT_EVD_HANDLE h, DAT_TIMEOUT timeout, DAT_COUNT threshold,
+				DAT_EVENT *event, DAT_COUNT *nmore)
 {
 	struct dfi_evd *evd;
 
@@ -215,7 +216,7 @@ DAT_RETURN dfi_evd_post_se(DAT_EVD_HANDLE h, const DAT_EVENT *event)
 	return dfi_evq_post_se(&evd->q, event);
 }
 
-DAT_RETURN dfi_evd_dequeue(DAT_EVD_HANDLE h, DAT_EVENT *event)
+DFI_HOT DAT_RETURN dfi_evd_dequeue(DAT_EVD_HANDLE h, DAT_EVENT *event)
 {
 	struct dfi_evd *evd;
 	DAT_RETURN rc;

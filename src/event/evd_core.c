@@ -14,6 +14,7 @@
  *  - Every deadline is one absolute CLOCK_MONOTONIC instant (D2, D3, D14).
  *  - The CNO is triggered after the EVD lock is dropped, with a hold on it.
  */
+#include "util/hot.h"
 #include "event.h"
 #include "util/daterr.h"
 #include "util/log.h"
@@ -131,7 +132,7 @@ static void ring_push(struct dfi_evq *q, const DAT_EVENT *ev)
 	up_mark(q);
 }
 
-static void ring_pop(struct dfi_evq *q, DAT_EVENT *ev)
+DFI_HOT static void ring_pop(struct dfi_evq *q, DAT_EVENT *ev)
 {
 	*ev = q->ring[q->head];
 	if (q->from_src[q->head] && q->src && q->src->consumed)
@@ -147,7 +148,7 @@ static void ring_pop(struct dfi_evq *q, DAT_EVENT *ev)
  * it: reading on to an empty source would cost a libfabric progress pass
  * (an epoll_wait, on tcp) for nothing; what stays in the CQ is read by the
  * next fill, in order. */
-static int fill_to(struct dfi_evq *q, uint32_t need)
+DFI_HOT static int fill_to(struct dfi_evq *q, uint32_t need)
 {
 	int total = 0;
 
@@ -424,7 +425,7 @@ bool dfi_evq_wants_notify(struct dfi_evq *q)
 
 /* --------------------------------------------------------------- consumers */
 
-DAT_RETURN dfi_evq_dequeue(struct dfi_evq *q, DAT_EVENT *ev)
+DFI_HOT DAT_RETURN dfi_evq_dequeue(struct dfi_evq *q, DAT_EVENT *ev)
 {
 	DAT_RETURN rc;
 
@@ -519,8 +520,8 @@ static DAT_RETURN wait_precheck(struct dfi_evq *q, DAT_COUNT threshold)
 	return DAT_SUCCESS;
 }
 
-DAT_RETURN dfi_evq_wait(struct dfi_evq *q, DAT_TIMEOUT timeout, DAT_COUNT threshold,
-			DAT_EVENT *ev, DAT_COUNT *nmore)
+DFI_HOT DAT_RETURN dfi_evq_wait(struct dfi_evq *q, DAT_TIMEOUT timeout, DAT_COUNT threshold,
+				DAT_EVENT *ev, DAT_COUNT *nmore)
 {
 	uint64_t deadline;
 	DAT_RETURN rc;

@@ -104,10 +104,14 @@ int dfi_pep_reject(struct dfi_pep *pep, void *req, const void *pdata, size_t ple
  * the cheapest way to empty a CQ.  The EVD core asks for as many per fill
  * (DFI_EVQ_FILL_BATCH; checked in dto.c). */
 #define DFI_CQ_BATCH 64
+/* Laid out as libfabric's struct fi_cq_msg_entry (context, flags, len:
+ * checked in cm.c), so that fi_cq_read fills an array of these in place
+ * and err takes the flags' word: no bounce buffer, no copy. */
 struct dfi_comp {
 	void *ctx;		/* the posting's context */
-	size_t len;		/* bytes received (receives only) */
 	int err;		/* 0 or positive errno (ECANCELED: flushed) */
+	int pad_;
+	size_t len;		/* bytes received (receives only) */
 };
 int dfi_cq_open(struct dfi_fabric *f, size_t size, struct dfi_cq **cq);
 void dfi_cq_close(struct dfi_cq *cq);
