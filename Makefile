@@ -47,6 +47,7 @@ LIB       := $(B)/$(SONAME)
 TOOLS     := $(B)/daplofi-info $(B)/daplofi-demo $(B)/daplofi-perf
 # bench/compare's raw-libfabric counterpart of daplofi-perf (not installed)
 FIRAW     := $(B)/fi-raw
+PAGEWALK  := $(B)/pagewalk
 UNIT_SRCS := $(wildcard tests/unit/test_*.c)
 UNIT_BINS := $(patsubst tests/unit/%.c,$(B)/tests/%,$(UNIT_SRCS))
 INTEG_SRCS := $(wildcard tests/integ/test_*.c)
@@ -56,7 +57,7 @@ DATCONF   := $(B)/dat.conf
 .PHONY: all lib tools examples tests check demo bench bench-smoke install uninstall clean deps help model
 .DEFAULT_GOAL := all
 
-all: lib tools examples $(FIRAW) $(DATCONF) $(B)/dapl-ofi.pc
+all: lib tools examples $(FIRAW) $(PAGEWALK) $(DATCONF) $(B)/dapl-ofi.pc
 
 lib: $(LIB)
 tools: $(TOOLS)
@@ -92,6 +93,9 @@ $(B)/daplofi-perf: $(call obj,tools/daplofi-perf.c)
 
 $(FIRAW): $(call obj,bench/fi-raw.c)
 	$(CC) -o $@ $^ $(ALL_LDFLAGS) $(FABRIC_LIBS)
+
+$(PAGEWALK): $(call obj,bench/pagewalk.c)
+	$(CC) -o $@ $^ $(ALL_LDFLAGS)
 
 # Unit tests link the event core directly (no libfabric, no registry).
 $(UNIT_BINS): $(B)/tests/%: $(B)/obj/tests/unit/%.o $(call obj,$(CORE_SRCS))
