@@ -351,7 +351,6 @@ struct perf_opts {
 	enum perf_fmt fmt;
 	bool verbose, quiet, header;
 	bool iters_set, warmup_set, mode_set, sizes_set;
-	bool calls;		/* --calls: time each call of the latency tests */
 };
 
 static inline enum perf_test perf_test_by_name(const char *s, size_t len)
@@ -629,7 +628,7 @@ static inline int perf_parse_opts(int argc, char **argv, struct perf_opts *o,
 		case 4:
 			perf_usage(stdout, o->prog, name_opt, name_default);
 			return -1;
-		case 5: o->calls = true; perf_calls.want = true; break;
+		case 5: perf_calls.want = true; break;	/* --calls */
 		default:
 			perf_usage(stderr, o->prog, name_opt, name_default);
 			return PERF_EXIT_USAGE;
