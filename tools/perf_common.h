@@ -1161,8 +1161,9 @@ static inline int perf_pingpong(struct perf_run *r, uint32_t size, uint32_t warm
 	for (uint32_t i = 0; i < total; i++) {
 		uint64_t it0;
 
-		if (i == warm && t0) {
-			*t0 = perf_now();
+		if (i == warm) {
+			if (t0)
+				*t0 = perf_now();
 			perf_calls_begin();
 		}
 		it0 = perf_now();
@@ -1492,7 +1493,10 @@ static inline int perf_phase(struct perf_run *r, enum perf_test t, uint32_t size
 	}
 	if (t == T_SEND_LAT || t == T_WRITE_LAT)
 		perf_calls_end(r->tool, r->server, tn, size, n);
-	perf_calls.on = false;		/* conn's ping-pong: not printed */
+	else if (t == T_CONN)	/* its ping-pong, beside the N idle EPs */
+		perf_calls_end(r->tool, r->server, "conn ping-pong", PERF_CONN_LAT_SIZE,
+			       PERF_CONN_LAT_ITERS);
+	perf_calls.on = false;		/* the streams' calls: not printed */
 
 	/* the end barrier: for streams, the receiver has everything */
 	if (perf_barrier(r, "end of a test phase", passive ? 20 : 1))
