@@ -1496,7 +1496,6 @@ static inline int perf_phase(struct perf_run *r, enum perf_test t, uint32_t size
 	else if (t == T_CONN)	/* its ping-pong, beside the N idle EPs */
 		perf_calls_end(r->tool, r->server, "conn ping-pong", PERF_CONN_LAT_SIZE,
 			       PERF_CONN_LAT_ITERS);
-	perf_calls.on = false;		/* the streams' calls: not printed */
 
 	/* the end barrier: for streams, the receiver has everything */
 	if (perf_barrier(r, "end of a test phase", passive ? 20 : 1))
