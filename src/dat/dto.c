@@ -21,6 +21,7 @@
 #include "util/hot.h"
 #include "dfi.h"
 #include "fabric/fabric.h"
+#include "util/arena.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -30,7 +31,7 @@
 
 struct dfi_dto_pool *dfi_dto_pool_new(int n)
 {
-	struct dfi_dto_pool *p = calloc(1, sizeof(*p) + (size_t)n * sizeof(p->d[0]));
+	struct dfi_dto_pool *p = dfi_arena_calloc(sizeof(*p) + (size_t)n * sizeof(p->d[0]));
 
 	if (!p)
 		return NULL;
@@ -46,7 +47,7 @@ struct dfi_dto_pool *dfi_dto_pool_new(int n)
 
 static void pool_free(struct dfi_dto_pool *p)
 {
-	free(p);
+	dfi_arena_free(p);
 }
 
 /* post_lock held: a free descriptor, or -1 if every slot is in use.  No

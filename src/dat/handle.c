@@ -1,5 +1,6 @@
 /* Object allocation, the per-IA object list, poisoning and the quarantine. */
 #include "dfi.h"
+#include "util/arena.h"
 #include "util/param.h"
 
 #include <stdlib.h>
@@ -11,7 +12,7 @@ static size_t q_cap, q_head, q_len;
 
 void *dfi_obj_new(struct dfi_ia *ia, enum dfi_type type, size_t size)
 {
-	struct dfi_obj *o = calloc(1, size);
+	struct dfi_obj *o = dfi_arena_calloc(size);
 
 	if (!o)
 		return NULL;
@@ -67,14 +68,14 @@ void dfi_obj_retire(void *obj)
 		q_len++;
 	}
 	pthread_mutex_unlock(&q_lock);
-	free(victim);
+	dfi_arena_free(victim);
 }
 
 void dfi_quarantine_flush(void)
 {
 	pthread_mutex_lock(&q_lock);
 	for (size_t i = 0; i < q_len; i++)
-		free(q_ring[(q_head + i) % q_cap]);
+		dfi_arena_free(q_ring[(q_head + i) % q_cap]);
 	free(q_ring);
 	q_ring = NULL;
 	q_cap = q_head = q_len = 0;

@@ -2,6 +2,7 @@
  * listeners, active endpoints, and the data-path posts. */
 #include "util/hot.h"
 #include "fabric_int.h"
+#include "util/arena.h"
 #include "util/log.h"
 #include "util/param.h"
 
@@ -257,7 +258,7 @@ int dfi_fep_open(struct dfi_fabric *f, struct dfi_eq *eq, void *req,
 		 struct dfi_srx *srx, size_t tx_size, size_t rx_size, void *ctx,
 		 struct dfi_fep **out)
 {
-	struct dfi_fep *e = calloc(1, sizeof(*e));
+	struct dfi_fep *e = dfi_arena_calloc(sizeof(*e));
 	int rc;
 
 	if (!e)
@@ -267,14 +268,14 @@ int dfi_fep_open(struct dfi_fabric *f, struct dfi_eq *eq, void *req,
 	} else {
 		e->info = fi_dupinfo(f->info);
 		if (!e->info) {
-			free(e);
+			dfi_arena_free(e);
 			return -ENOMEM;
 		}
 		free(e->info->dest_addr);
 		e->info->dest_addr = malloc(sizeof(*dest));
 		if (!e->info->dest_addr) {
 			fi_freeinfo(e->info);
-			free(e);
+			dfi_arena_free(e);
 			return -ENOMEM;
 		}
 		memcpy(e->info->dest_addr, dest, sizeof(*dest));
@@ -316,7 +317,7 @@ err_ep:
 err:
 	if (!req)
 		fi_freeinfo(e->info);
-	free(e);
+	dfi_arena_free(e);
 	return rc;
 }
 
@@ -358,7 +359,7 @@ void dfi_fep_close(struct dfi_fep *e)
 	if (rc)
 		dfi_warn(DFI_SS_FABRIC, "fi_close(ep): %s", fi_strerror(-rc));
 	fi_freeinfo(e->info);
-	free(e);
+	dfi_arena_free(e);
 }
 
 int dfi_fep_peer(struct dfi_fep *e, struct sockaddr_in *peer)
