@@ -3,7 +3,7 @@
  * after it pays per page it touches.  On a kernel with page-table
  * isolation and no PCID every system call empties the user TLB, so a chain
  * of dependent loads each on a new page pays a page walk per load; the same
- * chain within a few pages does not.  bench/RESULTS.md (415d6f2) explains
+ * chain within a few pages does not.  bench/HISTORY.md (415d6f2) explains
  * why this matters for the DAT path between two of libfabric's calls.
  *
  *   build/pagewalk        prints ns per iteration of getppid() + N loads

@@ -6,7 +6,7 @@
  * on (page-table isolation without PCID) every system call empties the
  * TLB, and each page touched after it costs a page walk: with the
  * functions gathered, the dequeue that finds a receive took 60-100 ns less
- * and an empty one 40-60 ns less (bench/RESULTS.md, the part at 415d6f2).
+ * and an empty one 40-60 ns less (bench/HISTORY.md, the part at 415d6f2).
  */
 #ifndef DFI_UTIL_HOT_H
 #define DFI_UTIL_HOT_H
