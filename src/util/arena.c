@@ -153,10 +153,30 @@ static void *large_alloc(size_t size)
 	return (char *)ch + HDR;
 }
 
+/* fork() while another thread holds the lock must not leave it held in
+ * the child (as glibc's malloc does not). */
+static void atfork_lock(void)
+{
+	pthread_mutex_lock(&lock);
+}
+
+static void atfork_unlock(void)
+{
+	pthread_mutex_unlock(&lock);
+}
+
+static void arena_init(void)
+{
+	(void)pthread_atfork(atfork_lock, atfork_unlock, atfork_unlock);
+}
+
 void *dfi_arena_calloc(size_t size)
 {
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
 	size_t c = 0, n;
 	char *p;
+
+	pthread_once(&once, arena_init);
 
 	while (c < NCLASS && class_size[c] < size)
 		c++;

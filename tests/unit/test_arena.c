@@ -3,8 +3,8 @@
  * state live, apart from the malloc heap.  Each test breaks if one of the
  * arena's promises does: zeroed, line-aligned, non-overlapping blocks,
  * reuse of freed blocks (zeroed again), large blocks mapped and unmapped,
- * stray pointers refused, concurrent use; under AddressSanitizer, overruns
- * and freed blocks poisoned.
+ * stray pointers refused, concurrent use, fork() beside a thread that
+ * allocates; under AddressSanitizer, overruns and freed blocks poisoned.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,8 +13,13 @@
 #include <cmocka.h>
 
 #include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "util/arena.h"
 
@@ -202,6 +207,55 @@ static void test_threads(void **state)
 	}
 }
 
+/* fork() while another thread allocates: the child's allocations must not
+ * find the arena's lock held by a thread that does not exist there (each
+ * child has 10 s, then SIGALRM ends it and the test fails at once). */
+static atomic_bool churning;
+
+static void *churn_until_stopped(void *arg)
+{
+	(void)arg;
+	while (atomic_load(&churning))
+		dfi_arena_free(dfi_arena_calloc(100));
+	return NULL;
+}
+
+static void test_fork_beside_allocating_thread(void **state)
+{
+	pthread_t t;
+	int hung = 0, failed = 0;
+
+	(void)state;
+	atomic_store(&churning, true);
+	assert_int_equal(pthread_create(&t, NULL, churn_until_stopped, NULL), 0);
+	for (int i = 0; i < 40; i++) {
+		int st = 0;
+		pid_t pid = fork();
+
+		if (pid == 0) {
+			void *p;
+
+			alarm(10);
+			p = dfi_arena_calloc(100);
+			dfi_arena_free(p);
+			_exit(p ? 0 : 1);
+		}
+		if (pid < 0 || waitpid(pid, &st, 0) != pid) {
+			failed++;
+			continue;
+		}
+		if (WIFSIGNALED(st)) {
+			hung++;
+			break;
+		} else if (WEXITSTATUS(st) != 0)
+			failed++;
+	}
+	atomic_store(&churning, false);
+	pthread_join(t, NULL);
+	assert_int_equal(hung, 0);
+	assert_int_equal(failed, 0);
+}
+
 #ifdef TEST_ASAN
 /* Built with ASan: a handed-out block is addressable up to the size asked
  * for and no further; a freed one not at all. */
@@ -230,6 +284,7 @@ int main(void)
 		cmocka_unit_test(test_interior_pointer_refused),
 		cmocka_unit_test(test_huge_refused),
 		cmocka_unit_test(test_threads),
+		cmocka_unit_test(test_fork_beside_allocating_thread),
 #ifdef TEST_ASAN
 		cmocka_unit_test(test_asan_poisons_free_blocks),
 #endif
