@@ -94,7 +94,8 @@ struct chunk {
 };
 _Static_assert(sizeof(struct chunk) <= DFI_ARENA_ALIGN, "a chunk header fits its line");
 
-/* Multiples of the line, spaced so no class wastes more than a fifth. */
+/* Multiples of the line: steps of one line up to 1 KiB (a block wastes
+ * less than a line), then four steps per doubling (less than a fifth). */
 static const uint32_t class_size[] = {
 	64, 128, 192, 256, 320, 384, 448, 512, 640, 768, 896, 1024,
 	1280, 1536, 1792, 2048, 2560, 3072, 3584, 4096,
@@ -238,7 +239,10 @@ void dfi_arena_free(void *p)
 		pthread_mutex_lock(&lock);
 		mapped -= ch->len;
 		pthread_mutex_unlock(&lock);
-		mark_free(p, ch->len - HDR);
+		/* unmapped, not poisoned: the next mapping at these addresses
+		 * may be anyone's */
+		VALGRIND_FREELIKE_BLOCK(p, 0);
+		UNPOISON(ch, ch->len);
 		munmap(ch, ch->len);
 		return;
 	}
