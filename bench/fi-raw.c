@@ -12,8 +12,8 @@
  * So the difference between the two programs' figures is what dapl-ofi and
  * the DAT registry add: nothing else differs.
  *
- *   fi-raw [-P prov] [-A local_addr] [-M bytes] [-n port] ...      server
- *   fi-raw [-P prov] [-A local_addr] [-M bytes] -h host -t ... -m poll|wait
+ *   fi-raw [-P prov] [-A local_addr] [-M bytes] [-D burst] [-n port] ...  server
+ *   fi-raw [-P prov] [-A local_addr] [-M bytes] [-D burst] -h host -t ... -m poll|wait
  *                                                                   client
  *   fi-raw -t wake [-m poll|wait]       thread wake-up floor (eventfd)
  *
@@ -25,6 +25,10 @@
  * each one's mutex: glibc takes a mutex with a locked instruction only
  * once a process has a second thread, and the visits touch more pages when
  * the endpoints lie further apart (bench/RESULTS.md).
+ *
+ * -D burst runs the conn test in the stock dtestcm's pattern on both sides
+ * (conn_up_dtestcm): the raw peer of `dtestcm -c N -b burst` in
+ * bench/compare, whose connection rate it times as dtestcm does.
  *
  * Modes: poll = fi_cq_read spinning (FI_WAIT_UNSPEC CQs when
  * DAPL_OFI_CQ_WAIT=pollfd, see cq_open); wait = fi_cq_read, fi_trywait,
@@ -58,6 +62,7 @@ static struct perf_opts opts = { .prog = TOOL };
 static const char *local_addr = "127.0.0.1";
 static bool threaded;		/* -M: a second, idle thread */
 static size_t ep_state;		/* -M: bytes of own state per conn endpoint */
+static uint32_t dtcm_burst;	/* -D: conn in the stock dtestcm's pattern */
 
 static int fi_fail(int rc, const char *call)
 {
@@ -364,6 +369,95 @@ static int conn_event(struct raw_x *x, uint32_t *ev, struct fi_eq_cm_entry *ent,
 	}
 }
 
+#define DTCM_PDATA 48		/* dtestcm's private data: 1..48, echoed + 1 */
+
+/* A dtestcm request's or answer's private data: bytes first..first+47. */
+static bool dtcm_pdata_ok(const uint8_t *pd, size_t len, uint8_t first)
+{
+	if (len < DTCM_PDATA)
+		return false;
+	for (int i = 0; i < DTCM_PDATA; i++)
+		if (pd[i] != (uint8_t)(first + i))
+			return false;
+	return true;
+}
+
+/*
+ * conn in the stock dtestcm's pattern (-D burst), its raw counterpart for
+ * bench/compare: the client opens all n endpoints first (dtestcm creates
+ * its EPs before it times), then connects them `burst` at a time, each
+ * with 48 bytes of private data, and collects each burst's FI_CONNECTED,
+ * checking the answer's data; the server accepts every request first,
+ * echoing its data + 1, and collects the FI_CONNECTEDs as they come (DAT
+ * buffers them on the connection EVD until dtestcm reads them).  The rate
+ * is timed from the first connect (perf_conn_t0), as dtestcm's CPS is.
+ */
+static int conn_up_dtestcm(struct raw_x *x, uint32_t n, uint32_t burst)
+{
+	_Alignas(struct fi_eq_cm_entry) uint8_t raw[sizeof(struct fi_eq_cm_entry) + 256];
+	struct fi_eq_cm_entry *ent = (struct fi_eq_cm_entry *)raw;
+	uint8_t *pd = raw + sizeof(*ent), mine[DTCM_PDATA];
+	uint32_t up = 0, ev;
+	size_t len;
+	int rc;
+
+	for (int i = 0; i < DTCM_PDATA; i++)
+		mine[i] = (uint8_t)(i + 1);
+	if (!x->server) {
+		for (uint32_t i = 0; i < n; i++) {
+			if (conn_ep(x, NULL, i))
+				return PERF_ERR;
+			x->nceps = i + 1;
+		}
+		perf_conn_t0 = perf_now();
+		for (uint32_t i = 0; i < n; i += burst) {
+			uint32_t k = n - i < burst ? n - i : burst;
+
+			for (uint32_t j = 0; j < k; j++)
+				if ((rc = fi_connect(x->ceps[i + j], &x->peer, mine, sizeof(mine))))
+					return fi_fail(rc, "fi_connect");
+			for (uint32_t j = 0; j < k; j++) {
+				if (conn_event(x, &ev, ent, sizeof(raw), &len))
+					return PERF_ERR;
+				if (ev != FI_CONNECTED ||
+				    !dtcm_pdata_ok(pd, len - sizeof(*ent), 2)) {
+					fprintf(stderr, "%s: client: conn -D: EQ event %u, or an "
+						"answer without dtestcm's private data\n", TOOL, ev);
+					return PERF_ERR;
+				}
+			}
+		}
+		return 0;
+	}
+	while (x->nceps < n || up < n) {
+		if (conn_event(x, &ev, ent, sizeof(raw), &len))
+			return PERF_ERR;
+		if (ev == FI_CONNECTED) {
+			up++;
+			continue;
+		}
+		if (ev != FI_CONNREQ || x->nceps == n) {
+			fprintf(stderr, "%s: server: conn -D: EQ event %u\n", TOOL, ev);
+			return PERF_ERR;
+		}
+		if (!dtcm_pdata_ok(pd, len - sizeof(*ent), 1)) {
+			fprintf(stderr, "%s: server: conn -D: a request without dtestcm's "
+				"private data\n", TOOL);
+			fi_reject(x->pep, ent->info->handle, NULL, 0);
+			fi_freeinfo(ent->info);
+			return PERF_ERR;
+		}
+		for (int i = 0; i < DTCM_PDATA; i++)
+			pd[i]++;
+		if (conn_ep(x, ent->info, x->nceps))
+			return PERF_ERR;
+		x->nceps++;
+		if ((rc = fi_accept(x->ceps[x->nceps - 1], pd, DTCM_PDATA)))
+			return fi_fail(rc, "fi_accept");
+	}
+	return 0;
+}
+
 static int x_conn_up(void *p, uint32_t n, uint32_t window)
 {
 	struct raw_x *x = p;
@@ -380,6 +474,8 @@ static int x_conn_up(void *p, uint32_t n, uint32_t window)
 	if (ep_state && !(x->cstate = calloc(n, sizeof(*x->cstate))))
 		return PERF_ERR;
 	x->nceps = 0;
+	if (dtcm_burst)
+		return conn_up_dtestcm(x, n, dtcm_burst);
 	while (up < n) {
 		while (!x->server && posted < n && posted - up < window) {
 			if (conn_ep(x, NULL, posted))
@@ -1053,6 +1149,10 @@ int main(int argc, char **argv)
 				return PERF_EXIT_USAGE;
 			ep_state = v;
 			threaded = true;
+		} else if (!strcmp(argv[i], "-D")) {
+			if (perf_parse_uint(argv[i + 1], "-D burst", 1, PERF_MAX_WINDOW, &v))
+				return PERF_EXIT_USAGE;
+			dtcm_burst = v;
 		} else {
 			i++;
 			continue;
@@ -1063,7 +1163,8 @@ int main(int argc, char **argv)
 	}
 	rc = perf_parse_opts(argc, argv, &opts, "libfabric provider (-A sets the local "
 			     "address, default 127.0.0.1; -M bytes: an idle second thread "
-			     "and bytes of own state per conn endpoint)", "tcp");
+			     "and bytes of own state per conn endpoint; -D burst: conn in the stock "
+			     "dtestcm's pattern, both sides)", "tcp");
 	if (rc)
 		return rc < 0 ? 0 : rc;
 	if (pl->mode == M_CNO || pl->mode == M_UPCALL) {
