@@ -12,8 +12,8 @@
  * So the difference between the two programs' figures is what dapl-ofi and
  * the DAT registry add: nothing else differs.
  *
- *   fi-raw [-P prov] [-A local_addr] [-M bytes] [-D burst] [-n port] ...  server
- *   fi-raw [-P prov] [-A local_addr] [-M bytes] [-D burst] -h host -t ... -m poll|wait
+ *   fi-raw [-P prov] [-A local_addr] [-M bytes] [-D|-DL burst] [-n port] ...  server
+ *   fi-raw [-P prov] [-A local_addr] [-M bytes] [-D|-DL burst] -h host -t ... -m poll|wait
  *                                                                   client
  *   fi-raw -t wake [-m poll|wait]       thread wake-up floor (eventfd)
  *
@@ -28,7 +28,8 @@
  *
  * -D burst runs the conn test in the stock dtestcm's pattern on both sides
  * (conn_up_dtestcm): the raw peer of `dtestcm -c N -b burst` in
- * bench/compare, whose connection rate it times as dtestcm does.
+ * bench/compare, whose connection rate it times as dtestcm does; -DL burst
+ * opens each client endpoint right before its connect, as dapl-ofi does.
  *
  * Modes: poll = fi_cq_read spinning (FI_WAIT_UNSPEC CQs when
  * DAPL_OFI_CQ_WAIT=pollfd, see cq_open); wait = fi_cq_read, fi_trywait,
@@ -62,7 +63,8 @@ static struct perf_opts opts = { .prog = TOOL };
 static const char *local_addr = "127.0.0.1";
 static bool threaded;		/* -M: a second, idle thread */
 static size_t ep_state;		/* -M: bytes of own state per conn endpoint */
-static uint32_t dtcm_burst;	/* -D: conn in the stock dtestcm's pattern */
+static uint32_t dtcm_burst;	/* -D, -DL: conn in the stock dtestcm's pattern */
+static bool dtcm_late;		/* -DL: each endpoint opened right before its connect */
 
 static int fi_fail(int rc, const char *call)
 {
@@ -391,8 +393,16 @@ static bool dtcm_pdata_ok(const uint8_t *pd, size_t len, uint8_t first)
  * echoing its data + 1, and collects the FI_CONNECTEDs as they come (DAT
  * buffers them on the connection EVD until dtestcm reads them).  The rate
  * is timed from the first connect (perf_conn_t0), as dtestcm's CPS is.
+ * late (-DL) opens each endpoint in its burst, right before its connect,
+ * inside the timed part: what a DAT provider does that opens libfabric's
+ * endpoint at dat_ep_connect, as dapl-ofi does (a DAT EP does not know at
+ * dat_ep_create whether it will connect or accept, and tcp's accepting
+ * endpoint must come from the request).  On this machine that costs
+ * about 40 % of the rate: the opening itself, and what it does to the rest
+ * (each endpoint zeroes 18 KiB, and each connection's completion walks the
+ * CQs' fd lists in libfabric 1.17, a node per endpoint; bench/RESULTS.md).
  */
-static int conn_up_dtestcm(struct raw_x *x, uint32_t n, uint32_t burst)
+static int conn_up_dtestcm(struct raw_x *x, uint32_t n, uint32_t burst, bool late)
 {
 	_Alignas(struct fi_eq_cm_entry) uint8_t raw[sizeof(struct fi_eq_cm_entry) + 256];
 	struct fi_eq_cm_entry *ent = (struct fi_eq_cm_entry *)raw;
@@ -404,7 +414,7 @@ static int conn_up_dtestcm(struct raw_x *x, uint32_t n, uint32_t burst)
 	for (int i = 0; i < DTCM_PDATA; i++)
 		mine[i] = (uint8_t)(i + 1);
 	if (!x->server) {
-		for (uint32_t i = 0; i < n; i++) {
+		for (uint32_t i = 0; !late && i < n; i++) {
 			if (conn_ep(x, NULL, i))
 				return PERF_ERR;
 			x->nceps = i + 1;
@@ -413,6 +423,11 @@ static int conn_up_dtestcm(struct raw_x *x, uint32_t n, uint32_t burst)
 		for (uint32_t i = 0; i < n; i += burst) {
 			uint32_t k = n - i < burst ? n - i : burst;
 
+			for (uint32_t j = 0; late && j < k; j++) {
+				if (conn_ep(x, NULL, i + j))
+					return PERF_ERR;
+				x->nceps = i + j + 1;
+			}
 			for (uint32_t j = 0; j < k; j++)
 				if ((rc = fi_connect(x->ceps[i + j], &x->peer, mine, sizeof(mine))))
 					return fi_fail(rc, "fi_connect");
@@ -475,7 +490,7 @@ static int x_conn_up(void *p, uint32_t n, uint32_t window)
 		return PERF_ERR;
 	x->nceps = 0;
 	if (dtcm_burst)
-		return conn_up_dtestcm(x, n, dtcm_burst);
+		return conn_up_dtestcm(x, n, dtcm_burst, dtcm_late);
 	while (up < n) {
 		while (!x->server && posted < n && posted - up < window) {
 			if (conn_ep(x, NULL, posted))
@@ -1149,10 +1164,11 @@ int main(int argc, char **argv)
 				return PERF_EXIT_USAGE;
 			ep_state = v;
 			threaded = true;
-		} else if (!strcmp(argv[i], "-D")) {
+		} else if (!strcmp(argv[i], "-D") || !strcmp(argv[i], "-DL")) {
 			if (perf_parse_uint(argv[i + 1], "-D burst", 1, PERF_MAX_WINDOW, &v))
 				return PERF_EXIT_USAGE;
 			dtcm_burst = v;
+			dtcm_late = argv[i][2] == 'L';
 		} else {
 			i++;
 			continue;
@@ -1164,7 +1180,8 @@ int main(int argc, char **argv)
 	rc = perf_parse_opts(argc, argv, &opts, "libfabric provider (-A sets the local "
 			     "address, default 127.0.0.1; -M bytes: an idle second thread "
 			     "and bytes of own state per conn endpoint; -D burst: conn in the stock "
-			     "dtestcm's pattern, both sides)", "tcp");
+			     "dtestcm's pattern, both sides; -DL burst: the same, each endpoint "
+			     "opened right before its connect)", "tcp");
 	if (rc)
 		return rc < 0 ? 0 : rc;
 	if (pl->mode == M_CNO || pl->mode == M_UPCALL) {
