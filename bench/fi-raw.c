@@ -398,9 +398,8 @@ static bool dtcm_pdata_ok(const uint8_t *pd, size_t len, uint8_t first)
  * endpoint at dat_ep_connect, as dapl-ofi does (a DAT EP does not know at
  * dat_ep_create whether it will connect or accept, and tcp's accepting
  * endpoint must come from the request).  On this machine that costs
- * about 40 % of the rate: the opening itself, and what it does to the rest
- * (each endpoint zeroes 18 KiB, and each connection's completion walks the
- * CQs' fd lists in libfabric 1.17, a node per endpoint; bench/RESULTS.md).
+ * about 40 % of the rate: an open takes about 68 us, most of it zeroing
+ * libfabric's 18 KiB endpoint on fresh pages (bench/RESULTS.md).
  */
 static int conn_up_dtestcm(struct raw_x *x, uint32_t n, uint32_t burst, bool late)
 {
@@ -434,7 +433,7 @@ static int conn_up_dtestcm(struct raw_x *x, uint32_t n, uint32_t burst, bool lat
 			for (uint32_t j = 0; j < k; j++) {
 				if (conn_event(x, &ev, ent, sizeof(raw), &len))
 					return PERF_ERR;
-				if (ev != FI_CONNECTED ||
+				if (ev != FI_CONNECTED || len < sizeof(*ent) ||
 				    !dtcm_pdata_ok(pd, len - sizeof(*ent), 2)) {
 					fprintf(stderr, "%s: client: conn -D: EQ event %u, or an "
 						"answer without dtestcm's private data\n", TOOL, ev);
@@ -455,7 +454,7 @@ static int conn_up_dtestcm(struct raw_x *x, uint32_t n, uint32_t burst, bool lat
 			fprintf(stderr, "%s: server: conn -D: EQ event %u\n", TOOL, ev);
 			return PERF_ERR;
 		}
-		if (!dtcm_pdata_ok(pd, len - sizeof(*ent), 1)) {
+		if (len < sizeof(*ent) || !dtcm_pdata_ok(pd, len - sizeof(*ent), 1)) {
 			fprintf(stderr, "%s: server: conn -D: a request without dtestcm's "
 				"private data\n", TOOL);
 			fi_reject(x->pep, ent->info->handle, NULL, 0);
