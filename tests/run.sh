@@ -106,6 +106,12 @@ if [ "$scope" = all ] && [ -x "$B/tests/test_api_conn" ]; then
 		done
 	done
 fi
+# Endpoints opened at connect, not ahead at dat_ep_create
+# (DAPL_OFI_EP_PREOPEN=0, conn.c): the connection tests again, that path's.
+if [ "$scope" = all ] && [ -x "$B/tests/test_api_conn" ]; then
+	DAPL_OFI_EP_PREOPEN=0 run test_api_conn-preopen0-cm 300 "$B/tests/test_api_conn" 'test_cm_*'
+	DAPL_OFI_EP_PREOPEN=0 run test_api_conn-preopen0-connect 300 "$B/tests/test_api_conn" 'test_*connect*'
+fi
 # Completion queues with poll fds (DAPL_OFI_CQ_WAIT=pollfd, fabric/cm.c):
 # their fd is dapl-ofi's mirror of the provider's list, and every waiter,
 # the progress thread and each connect and close keep it right.  The

@@ -10,11 +10,14 @@
  */
 #include "dfi.h"
 #include "fabric/fabric.h"
+#include "util/param.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 /* A consumer call that starts a CM step: for the progress thread's EQ
  * lease, a consumer that polls for its outcome is busy with the EQ while it
@@ -415,6 +418,9 @@ DAT_RETURN dfi_cr_accept(DAT_CR_HANDLE h, DAT_EP_HANDLE eph, DAT_COUNT plen,
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_STATE, DAT_INVALID_STATE_EP_NOTREADY),
 				  "EP %p cannot accept in state %d", (void *)ep, (int)ep->state);
 	}
+	/* tcp's accepting endpoint comes from the request: one opened ahead
+	 * for a connect goes (its socket first) */
+	dfi_ep_drop_spare(ep);
 	rc = ep_open_fep(ep, cr->req, NULL, &fep);
 	if (rc == 0) {
 		cr->req = NULL;		/* the endpoint owns it now */
@@ -493,7 +499,16 @@ DAT_RETURN dfi_ep_connect(DAT_EP_HANDLE h, DAT_IA_ADDRESS_PTR addr, DAT_CONN_QUA
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_STATE, DAT_INVALID_STATE_EP_NOTREADY),
 				  "EP %p cannot connect in state %d", (void *)ep, (int)ep->state);
 	}
-	rc = ep_open_fep(ep, NULL, &dest, &fep);
+	if (ep->spare) {
+		/* opened at dat_ep_create (dfi_ep_preopen) */
+		fep = ep->spare;
+		ep->spare = NULL;
+		ia->n_spares--;
+		dfi_fep_set_dest(fep, &dest);
+		rc = 0;
+	} else {
+		rc = ep_open_fep(ep, NULL, &dest, &fep);
+	}
 	if (!rc) {
 		ep->remote = dest;
 		pthread_mutex_lock(&ep->post_lock);
@@ -591,12 +606,82 @@ static void ep_cqs(const struct dfi_ep *ep, struct dfi_cq *cqs[EP_NCQS])
 	cqs[2] = ep->rcq;
 }
 
+void dfi_ep_drop_spare(struct dfi_ep *ep)
+{
+	struct dfi_fep *fep = ep->spare;
+	struct dfi_cq *cqs[EP_NCQS];
+
+	if (!fep)
+		return;
+	ep->spare = NULL;
+	ep->hdr.ia->n_spares--;
+	ep_cqs(ep, cqs);
+	dfi_fep_close_bound(fep, cqs, EP_NCQS);
+}
+
+/* How many EPs of an IA may hold an endpoint opened ahead: the parameter,
+ * and never more than a quarter of the open-file limit (each holds a
+ * socket; an accepting server's EPs would otherwise hold one each beside
+ * the accepted ones). */
+static int spare_budget(void)
+{
+	long want = dfi_param_int(DFI_P_EP_PREOPEN);
+	struct rlimit rl;
+
+	if (want <= 0)
+		return 0;
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+	    (rlim_t)want > rl.rlim_cur / 4)
+		want = (long)(rl.rlim_cur / 4);
+	return want > INT_MAX ? INT_MAX : (int)want;
+}
+
+/* Opening libfabric's endpoint is most of what a connect costs here (about
+ * 70 us on a small VM, mostly the first touch of its 18 KiB; bench/
+ * RESULTS.md): a new EP opens it now, so that dat_ep_connect only connects,
+ * as a raw libfabric program that opens its endpoints first.  Not an SRQ
+ * EP (its receive side is set up at connect, srq.c), nor one without a DTO
+ * EVD (it cannot connect).  Best effort: an EP without one opens it at
+ * connect, as before. */
+void dfi_ep_preopen(struct dfi_ep *ep)
+{
+	struct dfi_ia *ia = ep->hdr.ia;
+	struct dfi_fep *fep;
+	bool room;
+	int rc;
+
+	if (ep->srq || (!ep->req_evd && !ep->recv_evd))
+		return;
+	pthread_mutex_lock(&ia->cm_lock);
+	if (ia->spare_budget < 0)
+		ia->spare_budget = spare_budget();
+	room = ia->n_spares < ia->spare_budget;
+	if (room)
+		ia->n_spares++;		/* reserved */
+	pthread_mutex_unlock(&ia->cm_lock);
+	if (!room)
+		return;
+	rc = dfi_progress_start(ia);	/* the EQ, and the CQs' watcher */
+	pthread_mutex_lock(&ia->cm_lock);
+	if (!rc)
+		rc = ep_open_fep(ep, NULL, NULL, &fep);
+	if (!rc)
+		ep->spare = fep;
+	else
+		ia->n_spares--;
+	pthread_mutex_unlock(&ia->cm_lock);
+	if (rc)
+		dfi_dbg(DFI_SS_EP, "EP %p: endpoint not opened ahead (%s): opened at connect",
+			(void *)ep, strerror(rc < 0 ? -rc : rc));
+}
+
 void dfi_ep_close_fep(struct dfi_ep *ep)
 {
 	struct dfi_ia *ia = ep->hdr.ia;
 	struct dfi_fep *fep;
 
 	pthread_mutex_lock(&ia->cm_lock);
+	dfi_ep_drop_spare(ep);
 	pthread_mutex_lock(&ep->post_lock);	/* no post is using it any more */
 	fep = ep->fep;
 	ep->fep = NULL;

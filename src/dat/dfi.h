@@ -125,6 +125,8 @@ struct dfi_ia {
 	struct dfi_disp disp;
 	bool disp_on;			/* IA lock */
 	bool connect_timers;		/* a connect with a finite timeout pends (cm_lock) */
+	int n_spares;			/* EPs holding a pre-opened endpoint (cm_lock) */
+	int spare_budget;		/* how many may (-1: not known yet; cm_lock) */
 };
 
 struct dfi_pz {
@@ -240,6 +242,9 @@ struct dfi_ep {
 	DAT_EP_ATTR attr;
 	DAT_EP_STATE state;
 	struct dfi_fep *fep;
+	/* opened at dat_ep_create for a connect to take (cm_lock): bound to
+	 * the EVDs' CQs and the EQ, never connected, nothing posted */
+	struct dfi_fep *spare;
 	uint64_t connect_deadline;	/* dat_ep_connect's timeout, ns; 0: none (cm_lock) */
 	struct dfi_dto_pool *sendq, *recvq;
 	/* receives posted before fep, in order: allocated at the first, freed
@@ -491,6 +496,12 @@ void dfi_sp_destroy(struct dfi_sp *sp);
 void dfi_cr_destroy(struct dfi_cr *cr);
 /* Close the EP's libfabric endpoint (IA cm_lock taken inside). */
 void dfi_ep_close_fep(struct dfi_ep *ep);
+/* Open a new EP's libfabric endpoint ahead of its connect, within the IA's
+ * budget (DAPL_OFI_EP_PREOPEN); nothing happens if it cannot.  Called
+ * without locks. */
+void dfi_ep_preopen(struct dfi_ep *ep);
+/* Close the endpoint opened ahead, if any (cm_lock held). */
+void dfi_ep_drop_spare(struct dfi_ep *ep);
 /* Handle every pending CM event (ia->eq_lock held); returns how many there
  * were. */
 int dfi_cm_handle(struct dfi_ia *ia);

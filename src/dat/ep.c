@@ -205,6 +205,7 @@ static DAT_RETURN ep_create(DAT_IA_HANDLE h, DAT_PZ_HANDLE pzh, DAT_EVD_HANDLE r
 	pz->refs++;
 	pthread_mutex_unlock(&ia->lock);
 	ep_refs(ep, +1);
+	dfi_ep_preopen(ep);
 	*out = ep;
 	return DAT_SUCCESS;
 
@@ -468,6 +469,9 @@ DAT_RETURN dfi_ep_modify(DAT_EP_HANDLE h, DAT_EP_PARAM_MASK mask, const DAT_EP_P
 	}
 
 	pthread_mutex_lock(&ia->cm_lock);
+	/* an endpoint opened ahead is bound to the old EVDs' CQs and sized
+	 * by the old attributes: it goes (the connect opens a new one) */
+	dfi_ep_drop_spare(ep);
 	pthread_mutex_lock(&ep->post_lock);
 	busy = ep->state != DAT_EP_STATE_UNCONNECTED || ep->fep || ep->n_early ||
 	       !dfi_dto_pool_idle(ep->sendq) || !dfi_dto_pool_idle(ep->recvq);

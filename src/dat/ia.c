@@ -74,6 +74,7 @@ DAT_RETURN dfi_ia_open(const DAT_NAME_PTR name, DAT_COUNT async_qlen,
 	pthread_cond_init(&ia->batch_done, NULL);
 	ia->epfd = ia->stop_fd = -1;
 	ia->objs.next = ia->objs.prev = &ia->objs;
+	ia->spare_budget = -1;
 
 	r = dfi_resolve_ipv4(p->cfg.where, &ia->addr);
 	if (r) {

@@ -273,15 +273,19 @@ int dfi_fep_open(struct dfi_fabric *f, struct dfi_eq *eq, void *req,
 			return -ENOMEM;
 		}
 		free(info->dest_addr);
-		info->dest_addr = malloc(sizeof(*dest));
-		if (!info->dest_addr) {
-			fi_freeinfo(info);
-			dfi_arena_free(e);
-			return -ENOMEM;
+		info->dest_addr = NULL;
+		info->dest_addrlen = 0;
+		if (dest) {
+			info->dest_addr = malloc(sizeof(*dest));
+			if (!info->dest_addr) {
+				fi_freeinfo(info);
+				dfi_arena_free(e);
+				return -ENOMEM;
+			}
+			memcpy(info->dest_addr, dest, sizeof(*dest));
+			info->dest_addrlen = sizeof(*dest);
+			e->dest = *dest;
 		}
-		memcpy(info->dest_addr, dest, sizeof(*dest));
-		info->dest_addrlen = sizeof(*dest);
-		e->dest = *dest;
 		/* bind to our address, any port */
 		if (info->src_addr)
 			((struct sockaddr_in *)info->src_addr)->sin_port = 0;
@@ -327,6 +331,11 @@ err:
 		fi_freeinfo(info);
 	dfi_arena_free(e);
 	return rc;
+}
+
+void dfi_fep_set_dest(struct dfi_fep *e, const struct sockaddr_in *dest)
+{
+	e->dest = *dest;
 }
 
 int dfi_fep_connect(struct dfi_fep *e, const void *pdata, size_t plen)

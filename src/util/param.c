@@ -63,6 +63,15 @@ const struct dfi_param dfi_params[DFI_P_COUNT] = {
 		"but poll(2) costs every EP bound to the queue: beside 1024 idle EPs "
 		"the same ping-pong takes 6 times longer, and connections are set up "
 		"at half the rate.  For a few connections per queue." },
+	[DFI_P_EP_PREOPEN] = { "DAPL_OFI_EP_PREOPEN", DFI_PARAM_INT, "4096",
+		"How many EPs of an IA (without an SRQ) get their libfabric "
+		"endpoint opened at dat_ep_create instead of at dat_ep_connect, "
+		"so that a connect only connects (opening one costs tens of "
+		"microseconds: about 70 on a small VM).  Each holds a socket and "
+		"about 18 KiB until it connects or is freed; an EP that accepts "
+		"instead closes it and opens the request's.  Never more than a "
+		"quarter of the open-file limit.  0: every endpoint is opened at "
+		"dat_ep_connect or dat_cr_accept." },
 };
 
 const char *dfi_param_str(enum dfi_param_id id)

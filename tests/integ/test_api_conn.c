@@ -3599,6 +3599,83 @@ static void test_cm_posts_race_disconnect(void **state)
 	alarm(0);
 }
 
+/* ======================= endpoints opened at dat_ep_create (DAPL_OFI_EP_PREOPEN) */
+
+/* Open file descriptors of this process. */
+static int open_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	int n = 0;
+
+	assert_non_null(d);
+	while ((e = readdir(d)))
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n - 1;		/* the directory's own */
+}
+
+/* dat_ep_create opens each EP's libfabric endpoint ahead (a socket each),
+ * unless DAPL_OFI_EP_PREOPEN=0; dat_ep_free closes it: the process's open
+ * files come back to where they were. */
+#define PREOPEN_N 8
+static void test_cm_preopen_fds_come_back(void **state)
+{
+	struct pair *p = *state;
+	const char *v = getenv("DAPL_OFI_EP_PREOPEN");
+	bool ahead = !v || atol(v) > 0;
+	DAT_EP_ATTR a = ep_attr(EP_DTOS, EP_DTOS);
+	DAT_EP_HANDLE eps[PREOPEN_N];
+	int before, during, after;
+
+	watchdog(__func__, 30);
+	before = open_fds();
+	for (int i = 0; i < PREOPEN_N; i++)
+		assert_ok(dat_ep_create(p->c.ia, p->c.pz, p->c.rcv, p->c.req, p->c.conn, &a,
+					&eps[i]));
+	during = open_fds();
+	print_message("# open files: %d, %d with %d more EPs (endpoints %s)\n", before, during,
+		      PREOPEN_N, ahead ? "opened ahead" : "opened at connect");
+	if (ahead && during < before + PREOPEN_N)
+		fail_msg("%d EPs created, %d more open files: their endpoints were not opened "
+			 "ahead", PREOPEN_N, during - before);
+	if (!ahead && during != before)
+		fail_msg("DAPL_OFI_EP_PREOPEN=0, yet %d EPs created opened %d files", PREOPEN_N,
+			 during - before);
+	for (int i = 0; i < PREOPEN_N; i++)
+		assert_ok(dat_ep_free(eps[i]));
+	after = open_fds();
+	if (after != before)
+		fail_msg("open files: %d before the EPs, %d after freeing them", before, after);
+	alarm(0);
+}
+
+/* An EP whose endpoint was opened ahead, bound to its request EVD's CQ,
+ * then given another request EVD by dat_ep_modify: its completions go to
+ * the new EVD, none to the old one (the endpoint opened ahead went with
+ * the modify, and the connect opened one for the new EVD). */
+static void test_cm_preopen_modify_then_connect(void **state)
+{
+	struct pair *p = *state;
+	DAT_EVD_HANDLE req2;
+	DAT_EP_PARAM ep;
+
+	watchdog(__func__, 60);
+	assert_ok(dat_evd_create(p->c.ia, DTO_QLEN, DAT_HANDLE_NULL, DAT_EVD_DTO_FLAG, &req2));
+	memset(&ep, 0, sizeof(ep));
+	ep.request_evd_handle = req2;
+	assert_ok(dat_ep_modify(p->c.ep, DAT_EP_FIELD_REQUEST_EVD_HANDLE, &ep));
+	establish(p);
+	assert_ok(post_recv1(&p->s, 0, 64, 1));
+	assert_ok(post_send1(&p->c, 0, 32, 0x5e2d, DAT_COMPLETION_DEFAULT_FLAG));
+	expect_dto(req2, p->c.ep, 0x5e2d, DAT_DTO_SEND, DAT_DTO_SUCCESS, 32, 2000,
+		   "client send, on the request EVD given by dat_ep_modify");
+	expect_dto(p->s.rcv, p->s.ep, 1, DAT_DTO_RECEIVE, DAT_DTO_SUCCESS, 32, 2000,
+		   "server receive");
+	expect_empty(p->c.req, 200, "client's former request EVD");
+	alarm(0);
+}
+
 /* ============================ the progress thread beside a waiting target */
 
 /* Context switches of this process's progress threads (named dfi-progress
@@ -3865,6 +3942,8 @@ int main(int argc, char **argv)
 		TP(test_connect_timeout_silent_peer),
 		TP(test_cm_consumers_drive_eq),
 		TP(test_cm_posts_race_disconnect),
+		TP(test_cm_preopen_fds_come_back),
+		TP(test_cm_preopen_modify_then_connect),
 		/* 2. data */
 		TP(test_send_recv_segments),
 		TP(test_many_receives_before_connect),
