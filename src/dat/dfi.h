@@ -126,6 +126,7 @@ struct dfi_ia {
 	bool disp_on;			/* IA lock */
 	bool connect_timers;		/* a connect with a finite timeout pends (cm_lock) */
 	int n_spares;			/* EPs holding a pre-opened endpoint (cm_lock) */
+	int n_listening;		/* live PSPs and RSPs (cm_lock) */
 	int spare_budget;		/* how many may (-1: not known yet; cm_lock) */
 };
 

@@ -68,10 +68,12 @@ const struct dfi_param dfi_params[DFI_P_COUNT] = {
 		"endpoint opened at dat_ep_create instead of at dat_ep_connect, "
 		"so that a connect only connects (opening one costs tens of "
 		"microseconds: about 70 on a small VM).  Each holds a socket and "
-		"about 18 KiB until it connects or is freed; an EP that accepts "
-		"instead closes it and opens the request's.  Never more than a "
-		"quarter of the open-file limit.  0: every endpoint is opened at "
-		"dat_ep_connect or dat_cr_accept." },
+		"about 18 KiB until it connects or is freed, and is visited by "
+		"libfabric's progress on each read of its EVDs' queues, as a "
+		"connected idle EP is; an EP that accepts instead closes it and "
+		"opens the request's, so none is opened while the IA has a PSP or "
+		"RSP.  Never more than a quarter of the open-file limit.  0: every "
+		"endpoint is opened at dat_ep_connect or dat_cr_accept." },
 };
 
 const char *dfi_param_str(enum dfi_param_id id)

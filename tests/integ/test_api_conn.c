@@ -3616,8 +3616,8 @@ static int open_fds(void)
 }
 
 /* dat_ep_create opens each EP's libfabric endpoint ahead (a socket each),
- * unless DAPL_OFI_EP_PREOPEN=0; dat_ep_free closes it: the process's open
- * files come back to where they were. */
+ * unless DAPL_OFI_EP_PREOPEN=0 or the IA listens; dat_ep_free closes it:
+ * the process's open files come back to where they were. */
 #define PREOPEN_N 8
 static void test_cm_preopen_fds_come_back(void **state)
 {
@@ -3647,6 +3647,17 @@ static void test_cm_preopen_fds_come_back(void **state)
 	after = open_fds();
 	if (after != before)
 		fail_msg("open files: %d before the EPs, %d after freeing them", before, after);
+	/* the server's IA listens (its PSP): its EPs are for accepting, and
+	 * an accept opens the request's endpoint, so none is opened ahead */
+	for (int i = 0; i < PREOPEN_N; i++)
+		assert_ok(dat_ep_create(p->s.ia, p->s.pz, p->s.rcv, p->s.req, p->s.conn, &a,
+					&eps[i]));
+	during = open_fds();
+	if (during != after)
+		fail_msg("%d EPs created on an IA with a PSP opened %d files", PREOPEN_N,
+			 during - after);
+	for (int i = 0; i < PREOPEN_N; i++)
+		assert_ok(dat_ep_free(eps[i]));
 	alarm(0);
 }
 
