@@ -29,7 +29,8 @@
  * -D burst runs the conn test in the stock dtestcm's pattern on both sides
  * (conn_up_dtestcm): the raw peer of `dtestcm -c N -b burst` in
  * bench/compare, whose connection rate it times as dtestcm does; -DL burst
- * opens each client endpoint right before its connect, as dapl-ofi does.
+ * opens each client endpoint right before its connect, as dapl-ofi did
+ * before it opened them at dat_ep_create.
  *
  * Modes: poll = fi_cq_read spinning (FI_WAIT_UNSPEC CQs when
  * DAPL_OFI_CQ_WAIT=pollfd, see cq_open); wait = fi_cq_read, fi_trywait,
@@ -395,9 +396,10 @@ static bool dtcm_pdata_ok(const uint8_t *pd, size_t len, uint8_t first)
  * is timed from the first connect (perf_conn_t0), as dtestcm's CPS is.
  * late (-DL) opens each endpoint in its burst, right before its connect,
  * inside the timed part: what a DAT provider does that opens libfabric's
- * endpoint at dat_ep_connect, as dapl-ofi does (a DAT EP does not know at
- * dat_ep_create whether it will connect or accept, and tcp's accepting
- * endpoint must come from the request).  On this machine that costs
+ * endpoint at dat_ep_connect, as dapl-ofi did until 98575c6 (a DAT EP
+ * does not know at dat_ep_create whether it will connect or accept, and
+ * tcp's accepting endpoint must come from the request; dapl-ofi now opens
+ * it ahead and an accept replaces it).  On this machine that costs
  * about 40 % of the rate: an open takes about 68 us, most of it zeroing
  * libfabric's 18 KiB endpoint on fresh pages (bench/RESULTS.md).
  */
