@@ -332,8 +332,7 @@ void dfi_cr_destroy(struct dfi_cr *cr)
  * the CQs of its EVDs first.  An SRQ EP binds the SRQ's shared context and
  * receives on its private CQ (srq.c); its recv EVD's CQ is still created,
  * as the source its staged completions go through. */
-static int ep_open_fep(struct dfi_ep *ep, void *req, const struct sockaddr_in *dest,
-		       struct dfi_fep **fep)
+static int ep_open_fep(struct dfi_ep *ep, void *req, struct dfi_fep **fep)
 {
 	struct dfi_ia *ia = ep->hdr.ia;
 	struct dfi_cq *tx = NULL, *rx = NULL, *spare = NULL;
@@ -357,7 +356,7 @@ static int ep_open_fep(struct dfi_ep *ep, void *req, const struct sockaddr_in *d
 	} else {
 		dfi_progress_pair(ep->req_evd, ep->recv_evd);
 	}
-	return dfi_fep_open(ia->fab, ia->eq, req, dest, tx ? tx : spare, rx ? rx : spare,
+	return dfi_fep_open(ia->fab, ia->eq, req, tx ? tx : spare, rx ? rx : spare,
 			    ep->srq ? ep->srq->srx : NULL,
 			    (size_t)ep->attr.max_request_dtos, (size_t)ep->attr.max_recv_dtos,
 			    ep, fep);
@@ -422,7 +421,7 @@ DAT_RETURN dfi_cr_accept(DAT_CR_HANDLE h, DAT_EP_HANDLE eph, DAT_COUNT plen,
 	/* tcp's accepting endpoint comes from the request: one opened ahead
 	 * for a connect goes (its socket first) */
 	dfi_ep_drop_spare(ep);
-	rc = ep_open_fep(ep, cr->req, NULL, &fep);
+	rc = ep_open_fep(ep, cr->req, &fep);
 	if (rc == 0) {
 		cr->req = NULL;		/* the endpoint owns it now */
 		ep->remote = cr->remote;
@@ -505,17 +504,16 @@ DAT_RETURN dfi_ep_connect(DAT_EP_HANDLE h, DAT_IA_ADDRESS_PTR addr, DAT_CONN_QUA
 		fep = ep->spare;
 		ep->spare = NULL;
 		ia->n_spares--;
-		dfi_fep_set_dest(fep, &dest);
 		rc = 0;
 	} else {
-		rc = ep_open_fep(ep, NULL, &dest, &fep);
+		rc = ep_open_fep(ep, NULL, &fep);
 	}
 	if (!rc) {
 		ep->remote = dest;
 		pthread_mutex_lock(&ep->post_lock);
 		rc = ep_post_early(ep, fep);
 		if (!rc)
-			rc = dfi_fep_connect(fep, pdata, (size_t)plen);
+			rc = dfi_fep_connect(fep, &dest, pdata, (size_t)plen);
 		if (!rc) {
 			ep->fep = fep;
 			ep->state = DAT_EP_STATE_ACTIVE_CONNECTION_PENDING;
@@ -668,7 +666,7 @@ void dfi_ep_preopen(struct dfi_ep *ep)
 	rc = dfi_progress_start(ia);	/* the EQ, and the CQs' watcher */
 	pthread_mutex_lock(&ia->cm_lock);
 	if (!rc)
-		rc = ep_open_fep(ep, NULL, NULL, &fep);
+		rc = ep_open_fep(ep, NULL, &fep);
 	if (!rc)
 		ep->spare = fep;
 	else

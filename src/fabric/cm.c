@@ -31,7 +31,6 @@ struct dfi_pep {
 
 struct dfi_fep {
 	struct fid_ep *ep;
-	struct sockaddr_in dest;	/* the active side's peer */
 };
 
 struct dfi_srx {
@@ -254,7 +253,7 @@ void dfi_srx_close(struct dfi_srx *x)
 }
 
 int dfi_fep_open(struct dfi_fabric *f, struct dfi_eq *eq, void *req,
-		 const struct sockaddr_in *dest, struct dfi_cq *txcq, struct dfi_cq *rxcq,
+		 struct dfi_cq *txcq, struct dfi_cq *rxcq,
 		 struct dfi_srx *srx, size_t tx_size, size_t rx_size, void *ctx,
 		 struct dfi_fep **out)
 {
@@ -272,20 +271,10 @@ int dfi_fep_open(struct dfi_fabric *f, struct dfi_eq *eq, void *req,
 			dfi_arena_free(e);
 			return -ENOMEM;
 		}
+		/* the peer is fi_connect's argument */
 		free(info->dest_addr);
 		info->dest_addr = NULL;
 		info->dest_addrlen = 0;
-		if (dest) {
-			info->dest_addr = malloc(sizeof(*dest));
-			if (!info->dest_addr) {
-				fi_freeinfo(info);
-				dfi_arena_free(e);
-				return -ENOMEM;
-			}
-			memcpy(info->dest_addr, dest, sizeof(*dest));
-			info->dest_addrlen = sizeof(*dest);
-			e->dest = *dest;
-		}
 		/* bind to our address, any port */
 		if (info->src_addr)
 			((struct sockaddr_in *)info->src_addr)->sin_port = 0;
@@ -333,14 +322,10 @@ err:
 	return rc;
 }
 
-void dfi_fep_set_dest(struct dfi_fep *e, const struct sockaddr_in *dest)
+int dfi_fep_connect(struct dfi_fep *e, const struct sockaddr_in *dest, const void *pdata,
+		    size_t plen)
 {
-	e->dest = *dest;
-}
-
-int dfi_fep_connect(struct dfi_fep *e, const void *pdata, size_t plen)
-{
-	int rc = fi_connect(e->ep, &e->dest, pdata, plen);
+	int rc = fi_connect(e->ep, dest, pdata, plen);
 
 	if (rc)
 		dfi_warn(DFI_SS_FABRIC, "fi_connect: %s", fi_strerror(-rc));

@@ -155,17 +155,17 @@ struct dfi_srx;
 int dfi_srx_open(struct dfi_fabric *f, size_t size, size_t iov_limit, struct dfi_srx **srx);
 void dfi_srx_close(struct dfi_srx *srx);
 
-/* Active endpoints.  Created from a connection request (passive side) or
- * for a destination (active side; dest may be NULL, then set before the
- * connect with dfi_fep_set_dest), bound to the EQ and CQs (and to srx, if
- * not NULL: its receives then come from there), enabled.  The endpoint owns
- * the request once it is open; on failure it stays the caller's. */
+/* Active endpoints.  Created from a connection request (passive side, req)
+ * or to connect (active side, req NULL: the peer is dfi_fep_connect's),
+ * bound to the EQ and CQs (and to srx, if not NULL: its receives then come
+ * from there), enabled.  The endpoint owns the request once it is open; on
+ * failure it stays the caller's. */
 int dfi_fep_open(struct dfi_fabric *f, struct dfi_eq *eq, void *req,
-		 const struct sockaddr_in *dest, struct dfi_cq *txcq, struct dfi_cq *rxcq,
+		 struct dfi_cq *txcq, struct dfi_cq *rxcq,
 		 struct dfi_srx *srx, size_t tx_size, size_t rx_size, void *ctx,
 		 struct dfi_fep **fep);
-void dfi_fep_set_dest(struct dfi_fep *fep, const struct sockaddr_in *dest);
-int dfi_fep_connect(struct dfi_fep *fep, const void *pdata, size_t plen);
+int dfi_fep_connect(struct dfi_fep *fep, const struct sockaddr_in *dest, const void *pdata,
+		    size_t plen);
 int dfi_fep_accept(struct dfi_fep *fep, const void *pdata, size_t plen);
 int dfi_fep_shutdown(struct dfi_fep *fep);
 /* Cancel the receive posted with context ctx, if libfabric still queues it
