@@ -276,8 +276,25 @@ static int x_req_done(void *p, int max, uint64_t deadline)
 
 static int cq_open(struct raw_x *x, struct fid_cq **cq, int *fd);
 
+/* The info of an active endpoint, as dapl-ofi's dfi_fep_open makes it: a
+ * copy of the fabric's, without a dest_addr (the peer is fi_connect's
+ * argument), bound to our address with any port.  NULL: no memory. */
+static struct fi_info *active_info(const struct raw_x *x)
+{
+	struct fi_info *ei = fi_dupinfo(x->info);
+
+	if (!ei)
+		return NULL;
+	free(ei->dest_addr);
+	ei->dest_addr = NULL;
+	ei->dest_addrlen = 0;
+	if (ei->src_addr)
+		((struct sockaddr_in *)ei->src_addr)->sin_port = 0;
+	return ei;
+}
+
 /* An endpoint as dapl-ofi's dfi_fep_open makes one: from a connection
- * request, or a copy of the fabric's info aimed at the server. */
+ * request, or from active_info to connect. */
 static int conn_ep(struct raw_x *x, struct fi_info *req, uint32_t i)
 {
 	struct fi_info *ei = req;
@@ -285,19 +302,8 @@ static int conn_ep(struct raw_x *x, struct fi_info *req, uint32_t i)
 	struct fid_cq *tx = x->txcq;
 	int rc;
 
-	if (!ei) {
-		ei = fi_dupinfo(x->info);
-		if (!ei)
-			return fi_fail(-FI_ENOMEM, "fi_dupinfo");
-		free(ei->dest_addr);
-		ei->dest_addr = malloc(sizeof(x->peer));
-		if (!ei->dest_addr)
-			return fi_fail(-FI_ENOMEM, "malloc");
-		memcpy(ei->dest_addr, &x->peer, sizeof(x->peer));
-		ei->dest_addrlen = sizeof(x->peer);
-		if (ei->src_addr)
-			((struct sockaddr_in *)ei->src_addr)->sin_port = 0;
-	}
+	if (!ei && !(ei = active_info(x)))
+		return fi_fail(-FI_ENOMEM, "fi_dupinfo");
 	ei->tx_attr->size = 16;		/* DAT's default queue depths */
 	ei->rx_attr->size = 16;
 	if (x->ccqs) {
@@ -748,9 +754,8 @@ static int cq_open(struct raw_x *x, struct fid_cq **cq, int *fd)
 }
 
 /* CQs, the buffer and its MR, the endpoint (from a connection request, or
- * towards dest), bound and enabled. */
-static int resources(struct raw_x *x, const struct perf_plan *pl, struct fi_info *req,
-		     const struct sockaddr_in *dest)
+ * to connect: active_info), bound and enabled. */
+static int resources(struct raw_x *x, const struct perf_plan *pl, struct fi_info *req)
 {
 	struct fi_info *ei = req;
 	int rc;
@@ -770,19 +775,8 @@ static int resources(struct raw_x *x, const struct perf_plan *pl, struct fi_info
 	if (rc)
 		return fi_fail(rc, "fi_mr_reg");
 	x->desc = fi_mr_desc(x->mr);
-	if (!ei) {
-		ei = fi_dupinfo(x->info);
-		if (!ei)
-			return fi_fail(-FI_ENOMEM, "fi_dupinfo");
-		free(ei->dest_addr);
-		ei->dest_addr = malloc(sizeof(*dest));
-		if (!ei->dest_addr)
-			return fi_fail(-FI_ENOMEM, "malloc");
-		memcpy(ei->dest_addr, dest, sizeof(*dest));
-		ei->dest_addrlen = sizeof(*dest);
-		if (ei->src_addr)
-			((struct sockaddr_in *)ei->src_addr)->sin_port = 0;
-	}
+	if (!ei && !(ei = active_info(x)))
+		return fi_fail(-FI_ENOMEM, "fi_dupinfo");
 	ei->tx_attr->size = (size_t)perf_req_depth(pl);
 	ei->rx_attr->size = (size_t)perf_recv_depth(pl);
 	rc = fi_endpoint(x->domain, ei, &x->ep, NULL);
@@ -939,7 +933,7 @@ static int server(void)
 		fi_reject(x.pep, ent->info->handle, NULL, 0);
 		return PERF_EXIT_FAIL;
 	}
-	if (resources(&x, &pl, ent->info, NULL))
+	if (resources(&x, &pl, ent->info))
 		return PERF_EXIT_FAIL;
 	x.peer_addr = pl.addr;
 	x.peer_key = pl.key;
@@ -993,7 +987,7 @@ static int client(struct perf_plan *pl)
 	int rc;
 
 	if (resolve(opts.host, (uint16_t)opts.port, &sin) || fabric_open(&x) ||
-	    resources(&x, pl, NULL, &sin))
+	    resources(&x, pl, NULL))
 		return PERF_EXIT_FAIL;
 	x.peer = sin;
 	pl->addr = (uint64_t)(uintptr_t)(x.buf + x.region);
