@@ -24,3 +24,44 @@ bench_await_listen() {
 	done
 	return 2
 }
+
+# bench_place_cpus: the first two CPUs this process may run on ("a b"), or
+# nothing (status 1) with fewer than two or without taskset (util-linux).
+# Streams run placed (bench_place): on the 2-vCPU VMs these figures are
+# taken on, a loopback stream whose sender runs on one vCPU is about 15 %
+# slower than with the sender on the other, whichever program it is, and
+# the scheduler puts two programs' processes on different vCPUs by
+# heuristics of their wake-ups: left to it, a pair compares placements,
+# not programs (bench/RESULTS.md, "Streams placed").
+bench_place_cpus() {
+	local cpus
+	command -v taskset >/dev/null || return 1
+	cpus=$(awk '/^Cpus_allowed_list:/ {
+		n = split($2, r, ",")
+		for (i = 1; i <= n && k < 2; i++) {
+			m = split(r[i], e, "-"); hi = m > 1 ? e[2] : e[1]
+			for (c = e[1]; c <= hi && k < 2; c++) out[++k] = c
+		}
+		if (k == 2) print out[1], out[2]
+	}' /proc/self/status)
+	[ -n "$cpus" ] || return 1
+	echo "$cpus"
+}
+
+# bench_place CPUS K: sets PLACE_S and PLACE_C, the command prefixes that
+# put the server and the client of a run on a CPU each (taskset -c; the
+# process's threads go with it): with K even the client gets the first CPU
+# of CPUS ("a b") and the server the second, with K odd the other way
+# round, so that alternating K gives both placements equal weight.  Both
+# programs of a pair must be run with the same K.  Empty CPUS: no placing.
+bench_place() {
+	local a b
+	PLACE_S=() PLACE_C=()
+	[ -n "$1" ] || return 0
+	read -r a b <<< "$1"
+	if (($2 % 2)); then
+		PLACE_S=(taskset -c "$a") PLACE_C=(taskset -c "$b")
+	else
+		PLACE_S=(taskset -c "$b") PLACE_C=(taskset -c "$a")
+	fi
+}
