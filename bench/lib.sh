@@ -32,7 +32,7 @@ bench_await_listen() {
 # slower than with the sender on the other, whichever program it is, and
 # the scheduler puts two programs' processes on different vCPUs by
 # heuristics of their wake-ups: left to it, a pair compares placements,
-# not programs (bench/RESULTS.md, "Streams placed").
+# not programs (bench/RESULTS.md, "streams measured placed").
 bench_place_cpus() {
 	local cpus
 	command -v taskset >/dev/null || return 1

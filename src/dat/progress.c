@@ -24,11 +24,12 @@
  * of the epoll set (park_cq says why not merely disarmed), looked at again after
  * a backoff: L, doubling up to the 10 ms tick while the consumer stays
  * busy.  After a pass a CQ is parked for L too, counted from the pass's
- * end, and no lease is looked at before the thread has slept L since its
- * last pass: at most one pass per L, and the consumer gets the CPU between
+ * end, and no lease is looked at before the thread has slept L since that
+ * pass: at most one pass per L, and the consumer gets the CPU between
  * two, so a consumer held up for a while (descheduled on 2 CPUs, or
  * pinned to this SCHED_FIFO thread's CPU) does not turn this thread into
- * its stream's engine, taking every completion's wake-up and locks.  Exceptions: an EVD with an enabled CNO or an upcall policy
+ * its stream's engine, taking every completion's wake-up and locks.
+ * Exceptions: an EVD with an enabled CNO or an upcall policy
  * is re-armed after each pass and never parked by its consumer's calls
  * (its consumer relies on this thread's notification); a full ring parks
  * (nothing could be read).  A polling or waiting consumer thus pays for no
@@ -560,15 +561,19 @@ static void *progress_main(void *arg)
 			 * ran, so it was never seen driving, and the thread
 			 * became the stream's engine for good (90 % of a
 			 * pinned server's CPU, its consumer throttled to the
-			 * rest; the stream at 0.6 of a raw one). */
+			 * rest; the stream at 0.6 of a raw one).  Only a
+			 * pass that parks delays the looks: a CNO's or an
+			 * upcall EVD's CQ is re-armed after each pass, and its
+			 * stream would put them off for as long as it lasts. */
 			now = dfi_now_ns();
-			quiet_at = now + ia->lease_ns;
 			pthread_mutex_lock(&ia->lock);
 			if (evd->cq) {
-				if (dfi_evq_consumer_drives(&evd->q, ia->lease_ns != 0))
+				if (dfi_evq_consumer_drives(&evd->q, ia->lease_ns != 0)) {
 					lease_at = earliest(lease_at, park_cq(ia, evd, now));
-				else
+					quiet_at = now + ia->lease_ns;
+				} else {
 					arm_cq(ia, evd, EPOLL_CTL_MOD);
+				}
 			}
 			pthread_mutex_unlock(&ia->lock);
 		}
