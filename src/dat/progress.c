@@ -23,12 +23,14 @@
  * EPs, or a waiter on that other EVD - gets no pass and stays parked, out
  * of the epoll set (park_cq says why not merely disarmed), looked at again after
  * a backoff: L, doubling up to the 10 ms tick while the consumer stays
- * busy.  After a pass a CQ is parked for L too, counted from the pass's
- * end, and no lease is looked at before the thread has slept L since that
- * pass: at most one pass per L, and the consumer gets the CPU between
- * two, so a consumer held up for a while (descheduled on 2 CPUs, or
- * pinned to this SCHED_FIFO thread's CPU) does not turn this thread into
- * its stream's engine, taking every completion's wake-up and locks.
+ * busy.  After a pass a CQ is parked for L too: at most one pass per L,
+ * so a consumer held up for a while (descheduled on 2 CPUs, or pinned to
+ * this SCHED_FIFO thread's CPU) does not turn this thread into its
+ * stream's engine, taking every completion's wake-up and locks.  If the
+ * consumer was at work within the tick, L counts from the pass's end and
+ * no lease is looked at before the thread has slept L: the consumer gets
+ * the CPU back between two passes (a passive target's passes follow one
+ * another).
  * Exceptions: an EVD with an enabled CNO or an upcall policy
  * is re-armed after each pass and never parked by its consumer's calls
  * (its consumer relies on this thread's notification); a full ring parks
@@ -549,28 +551,37 @@ static void *progress_main(void *arg)
 				continue;
 			dfi_evq_source_notify_irq(&evd->q);
 			/* At most one pass per lease (unless a CNO or an
-			 * upcall relies on this thread: see the top), and no
-			 * look at any lease before this thread has slept a
-			 * lease since its last pass (quiet_at).  A pass inside
-			 * a stream takes longer than a lease (libfabric reads
-			 * the data in).  Counted from before the pass, the
-			 * leases were due when it ended, and this thread -
-			 * SCHED_FIFO, on its consumer's CPU when the process
+			 * upcall relies on this thread: see the top).  A pass
+			 * inside a stream takes longer than a lease (libfabric
+			 * reads the data in).  Parked from before the pass,
+			 * the CQ was due when the pass ended, and this thread
+			 * - SCHED_FIFO, on its consumer's CPU when the process
 			 * is pinned, or on a loaded host - went from pass to
-			 * look to pass without sleeping: the consumer never
-			 * ran, so it was never seen driving, and the thread
-			 * became the stream's engine for good (90 % of a
-			 * pinned server's CPU, its consumer throttled to the
-			 * rest; the stream at 0.6 of a raw one).  Only a
-			 * pass that parks delays the looks: a CNO's or an
-			 * upcall EVD's CQ is re-armed after each pass, and its
-			 * stream would put them off for as long as it lasts. */
-			now = dfi_now_ns();
+			 * look to pass without sleeping: a consumer that had
+			 * been polling never ran again to be seen at it, and
+			 * the thread kept its stream for good (90 % of a
+			 * pinned server's CPU, the consumer throttled to the
+			 * rest; the stream at 0.6 of a raw one).  So when the
+			 * consumer was seen at work within the tick, the CQ is
+			 * parked from the pass's end, and no lease is looked
+			 * at before this thread has slept one (quiet_at): the
+			 * consumer gets the CPU back.  A consumer not seen for
+			 * longer (a passive RDMA target) keeps back-to-back
+			 * passes: parked from the end, its stream ran at 0.46
+			 * of that.  Only a pass that parks delays the looks:
+			 * a CNO's or an upcall EVD's CQ is re-armed after each
+			 * pass, and its stream would put them off for as long
+			 * as it lasts. */
 			pthread_mutex_lock(&ia->lock);
 			if (evd->cq) {
 				if (dfi_evq_consumer_drives(&evd->q, ia->lease_ns != 0)) {
-					lease_at = earliest(lease_at, park_cq(ia, evd, now));
-					quiet_at = now + ia->lease_ns;
+					uint64_t end = dfi_now_ns();
+					bool seen = evd->calls_moved &&
+						    end - evd->calls_moved < LEASE_MAX_NS;
+
+					lease_at = earliest(lease_at, park_cq(ia, evd, seen ? end : now));
+					if (seen)
+						quiet_at = end + ia->lease_ns;
 				} else {
 					arm_cq(ia, evd, EPOLL_CTL_MOD);
 				}
