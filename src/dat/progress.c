@@ -390,7 +390,7 @@ static void *progress_main(void *arg)
 	bool ticking = false;
 	uint64_t tick_at = 0;		/* when ticking: the next tick (CLOCK_MONOTONIC ns) */
 	uint64_t lease_at = 0;		/* the earliest parked CQ's next look (0: none) */
-	uint64_t quiet_at = 0;		/* no look at leases before: a lease after the last pass */
+	uint64_t quiet_at = 0;		/* no look at leases before (see the passes below) */
 	uint64_t eq_at = 0, eq_step = 0;	/* the EQ's re-arm, and its backoff (ns) */
 	struct pull_seen eq_seen = { 0, 0, 0, 0 };	/* consumers' reads of the EQ */
 
