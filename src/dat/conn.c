@@ -328,6 +328,19 @@ void dfi_cr_destroy(struct dfi_cr *cr)
 	cr_refuse(cr, NULL, 0);
 }
 
+/* The endpoint opened ahead for ep (dfi_ep_preopen), taken out of ep and
+ * out of the IA's count: now the caller's, or NULL (cm_lock held). */
+static struct dfi_fep *spare_take(struct dfi_ep *ep)
+{
+	struct dfi_fep *fep = ep->spare;
+
+	if (fep) {
+		ep->spare = NULL;
+		ep->hdr.ia->n_spares--;
+	}
+	return fep;
+}
+
 /* Create the libfabric endpoint of `ep` (cm_lock held), not yet the EP's:
  * the CQs of its EVDs first.  An SRQ EP binds the SRQ's shared context and
  * receives on its private CQ (srq.c); its recv EVD's CQ is still created,
@@ -499,15 +512,8 @@ DAT_RETURN dfi_ep_connect(DAT_EP_HANDLE h, DAT_IA_ADDRESS_PTR addr, DAT_CONN_QUA
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_STATE, DAT_INVALID_STATE_EP_NOTREADY),
 				  "EP %p cannot connect in state %d", (void *)ep, (int)ep->state);
 	}
-	if (ep->spare) {
-		/* opened at dat_ep_create (dfi_ep_preopen) */
-		fep = ep->spare;
-		ep->spare = NULL;
-		ia->n_spares--;
-		rc = 0;
-	} else {
-		rc = ep_open_fep(ep, NULL, &fep);
-	}
+	fep = spare_take(ep);	/* opened at dat_ep_create (dfi_ep_preopen) */
+	rc = fep ? 0 : ep_open_fep(ep, NULL, &fep);
 	if (!rc) {
 		ep->remote = dest;
 		pthread_mutex_lock(&ep->post_lock);
@@ -607,13 +613,11 @@ static void ep_cqs(const struct dfi_ep *ep, struct dfi_cq *cqs[EP_NCQS])
 
 void dfi_ep_drop_spare(struct dfi_ep *ep)
 {
-	struct dfi_fep *fep = ep->spare;
+	struct dfi_fep *fep = spare_take(ep);
 	struct dfi_cq *cqs[EP_NCQS];
 
 	if (!fep)
 		return;
-	ep->spare = NULL;
-	ep->hdr.ia->n_spares--;
 	ep_cqs(ep, cqs);
 	dfi_fep_close_bound(fep, cqs, EP_NCQS);
 }
