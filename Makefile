@@ -150,7 +150,9 @@ demo: deps
 # each, medians and ratios (a few minutes), then the polling latencies whose
 # targets sit inside that noise, each from 21 alternating pairs with a 95 %
 # interval, against fi-raw and against its threaded form (the floor)
-# (bench/confidence, about 5 minutes); the report also goes to
+# (bench/confidence, about 5 minutes), then what the DAT path adds per
+# message in instructions and system calls, which the host's noise does not
+# move (bench/instr, callgrind, about 1 minute); the report also goes to
 # $(B)/bench-report.md.  bench-smoke: the same with tiny counts (seconds),
 # failing only if a program crashes, hangs or prints nonsense.
 bench: all
@@ -159,11 +161,16 @@ bench: all
 	@DAT_OVERRIDE=$(abspath $(DATCONF)) bench/confidence -B $(B) > $(B)/bench-confidence.md; \
 	rc=$$?; { echo; echo "## Polling latency, settled by alternating pairs (bench/confidence)"; \
 	echo; cat $(B)/bench-confidence.md; } | tee -a $(B)/bench-report.md; exit $$rc
+	@echo; echo "bench/instr: instructions and system calls per message, callgrind, about 1 minute ..."
+	@DAT_OVERRIDE=$(abspath $(DATCONF)) bench/instr -B $(B) --set > $(B)/bench-instr.md; \
+	rc=$$?; { echo; echo "## Per message, in instructions and system calls (bench/instr)"; \
+	echo; cat $(B)/bench-instr.md; } | tee -a $(B)/bench-report.md; exit $$rc
 
 bench-smoke: all
 	@DAT_OVERRIDE=$(abspath $(DATCONF)) bench/compare -B $(B) --smoke
 	@DAT_OVERRIDE=$(abspath $(DATCONF)) bench/confidence -B $(B) --smoke
 	@DAT_OVERRIDE=$(abspath $(DATCONF)) bench/calls -B $(B) --smoke
+	@DAT_OVERRIDE=$(abspath $(DATCONF)) bench/instr -B $(B) --smoke -- -t send_bw -S 64k
 
 install: all
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(PKGCONFIGDIR) \

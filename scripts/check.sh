@@ -40,7 +40,7 @@ step "stock programs under valgrind"; tests/run.sh valgrind build stock | tee "$
 # bench/compare and bench/confidence with tiny counts: fail only if a
 # benchmark program crashes, hangs or prints nonsense (ratios are for make
 # bench, on a quiet machine)
-step "benchmark smoke (bench/compare, bench/confidence, bench/calls --smoke)"
+step "benchmark smoke (bench/compare, bench/confidence, bench/calls, bench/instr --smoke)"
 if make -s bench-smoke > build/bench-smoke.log 2>&1; then
 	total_pass=$((total_pass + 1)); echo "  bench-smoke ok"
 else
