@@ -624,6 +624,7 @@ static const struct perf_ops dat_ops = {
 	.recv_done = x_recv_done, .req_done = x_req_done,
 	.conn_up = x_conn_up, .conn_down = x_conn_down,
 	.mt_up = x_mt_up, .mt_write = x_mt_write, .mt_reap = x_mt_reap, .mt_down = x_mt_down,
+	.idle_target = true,	/* the provider's progress thread */
 };
 
 /* -------------------------------------------------------------- set-up */

@@ -76,6 +76,7 @@ enum perf_test {
 	T_REAP,
 	T_CONN,
 	T_WRITE_MT,
+	T_WRITE_IDLE,
 	T_EVENTS, T_WAKE, T_CNO, T_UPCALL,
 	T_COUNT
 };
@@ -104,6 +105,9 @@ static const struct perf_test_info perf_tests[T_COUNT] = {
 	[T_WRITE_MT]  = { "write_mt", NULL,
 			  "streaming 64 B RDMA writes from -S threads, each on its own EP "
 			  "and request queue, one IA", true, true },
+	[T_WRITE_IDLE] = { "write_idle", NULL,
+			   "streaming RDMA write bandwidth into a target that calls nothing",
+			   true, true },
 	[T_EVENTS]    = { "events", NULL, "post_se + dequeue pairs, one thread", false, true },
 	[T_WAKE]      = { "wake", NULL, "wake-up latency between two threads", false, false },
 	[T_CNO]       = { "cno", NULL, "CNO wake-up latency between two threads", false, false },
@@ -271,7 +275,7 @@ static inline const char *perf_plan_decode(const uint8_t *in, size_t len, struct
 	    pl->nsizes > PERF_MAX_SIZES)
 		return "bad test or size count in the plan";
 	for (int i = 0; i < pl->ntests; i++)
-		if (pl->tests[i] < T_SEND_LAT || pl->tests[i] > T_WRITE_MT)
+		if (pl->tests[i] < T_SEND_LAT || pl->tests[i] > T_WRITE_IDLE)
 			return "the plan names a test this server does not know";
 	for (int i = 0; i < pl->nsizes; i++)
 		if (!pl->sizes[i] || pl->sizes[i] > PERF_MAX_SIZE || pl->sizes[i] > pl->region ||
@@ -522,13 +526,16 @@ static inline void perf_usage(FILE *f, const char *prog, const char *name_opt,
 "  -h host      client: connect to this server (IPv4 address or name)\n"
 "  -n port      port / connection qualifier (default %u)\n"
 "  -t tests     comma list (default send_lat): send_lat write_lat read_lat\n"
-"               send_bw write_bw read_bw reap conn write_mt events wake cno\n"
-"               upcall\n"
+"               send_bw write_bw read_bw reap conn write_mt write_idle events\n"
+"               wake cno upcall\n"
 "               (send, write, read: the latency tests; conn runs alone:\n"
 "               its -S are endpoint counts, default 1,16,256,1024, and it\n"
 "               times a 64 B ping-pong beside each count of idle EPs)\n"
 "               write_mt: 64 B RDMA writes from -S threads (default 1,2,4;\n"
 "               at most 16), each on an EP of its own; -I writes in all\n"
+"               write_idle: write_bw into a target that calls nothing until\n"
+"               the last write's byte shows (dtest -W's case): the\n"
+"               provider's own progress must place the data\n"
 "  -S sizes     64  |  64,4k,64k  |  64:1m (powers of two)  |  all (1:1m)\n"
 "               (default 64,4k,64k)\n"
 "  -I iters     iterations per size (default 10000; a bandwidth size moves\n"
@@ -911,6 +918,10 @@ struct perf_ops {
 	int (*mt_write)(void *x, uint32_t k);
 	int (*mt_reap)(void *x, uint32_t k, int max, uint64_t deadline);
 	int (*mt_down)(void *x, uint32_t n);
+	/* write_idle: whether the transport places incoming writes while
+	 * its consumer calls nothing (DAT: the provider's progress; raw
+	 * libfabric tcp moves data only inside its calls) */
+	bool idle_target;
 };
 
 /* A thousand connections need more descriptors than a default soft limit
@@ -1152,6 +1163,24 @@ static inline int perf_poll_byte(struct perf_run *r, size_t size, uint8_t v)
 	return PERF_OK;
 }
 
+/* write_idle's target: look at the last byte of the RDMA region every
+ * 50 us, sleeping in between, until it carries v, and call nothing of the
+ * transport meanwhile: whatever lands, its provider placed on its own.
+ * The sleep leaves the CPU to the provider, as a target busy with other
+ * work would (dtest -W spins instead). */
+static inline int perf_idle_until(struct perf_run *r, size_t size, uint8_t v, uint64_t deadline)
+{
+	const struct timespec look = { .tv_sec = 0, .tv_nsec = 50000 };
+
+	while (__atomic_load_n(r->rdma + size - 1, __ATOMIC_ACQUIRE) != v) {
+		if (perf_now() > deadline)
+			return perf_timeout(r, "write_idle: waiting, calling nothing, for the last "
+					    "RDMA write to land");
+		nanosleep(&look, NULL);
+	}
+	return PERF_OK;
+}
+
 /* ----------------------------------------------------------- test bodies */
 
 /* The send/recv ping-pong of send_lat, `total` iterations of which the
@@ -1287,7 +1316,8 @@ static inline int perf_phase(struct perf_run *r, enum perf_test t, uint32_t size
 	uint32_t total = warm + n;
 	int window = (int)pl->window;
 	bool poll = pl->mode == M_POLL;
-	bool passive = t == T_READ_LAT || t == T_WRITE_BW || t == T_READ_BW || t == T_REAP;
+	bool passive = t == T_READ_LAT || t == T_WRITE_BW || t == T_READ_BW || t == T_REAP ||
+		       t == T_WRITE_IDLE;
 	uint64_t t0 = 0, t1, it0, t_up = 0;
 	long rss0 = 0, rss1 = 0;
 	const char *tn = perf_tests[t].name;
@@ -1305,6 +1335,10 @@ static inline int perf_phase(struct perf_run *r, enum perf_test t, uint32_t size
 		r->rdma[size - 1] = 0;
 		r->tx[size - 1] = 0;
 	}
+	if (t == T_WRITE_IDLE && !r->ops->idle_target)
+		return perf_fail(r, "write_idle: not in this program: raw libfabric tcp moves "
+				 "data only inside its calls, a target that calls nothing is "
+				 "never written");
 	if (perf_barrier(r, "start of a test phase", 1))
 		return PERF_ERR;
 	perf_progress_start(&r->prog, tn, size, total);
@@ -1408,6 +1442,39 @@ static inline int perf_phase(struct perf_run *r, enum perf_test t, uint32_t size
 		if (perf_reap_to(r, 0, "waiting for the last completions"))
 			return PERF_ERR;
 		break;
+	case T_WRITE_IDLE: {
+		/* As write_bw, into a target that calls nothing (dtest -W's):
+		 * the target waits for the last write's byte, the writer
+		 * drains its completions before that write (tcp completes one
+		 * once its data left the buffer), so no earlier write carries
+		 * the byte.  The clock stops at the end barrier, as write_bw's:
+		 * the barrier's message follows the writes on the connection. */
+		uint8_t v = perf_next_seq(r);
+
+		if (r->server) {
+			if (perf_idle_until(r, size, v, perf_now() + 20 * r->timeout_ns))
+				return PERF_ERR;
+			break;
+		}
+		for (uint32_t i = 0; i < total; i++) {
+			if (i == warm) {
+				if (perf_reap_to(r, 0, "draining the warm-up"))
+					return PERF_ERR;
+				t0 = perf_now();
+			}
+			if (i + 1 == total) {
+				if (perf_reap_to(r, 0, "write_idle: draining before the last write"))
+					return PERF_ERR;
+				r->tx[size - 1] = v;
+			}
+			if (perf_post(r, OP_WRITE, size, window))
+				return PERF_ERR;
+			perf_progress_tick(&r->prog, i);
+		}
+		if (perf_reap_to(r, 0, "waiting for the last completions"))
+			return PERF_ERR;
+		break;
+	}
 	case T_REAP:
 		/* The cost of turning request completions into events, apart
 		 * from posting and the wire: a burst of `window` RDMA writes,
