@@ -1,5 +1,5 @@
-# bench/lib.sh: the server start-up checks shared by bench/compare,
-# bench/pairs and bench/calls (sourced; needs ss, from iproute2).
+# bench/lib.sh: the server start-up shared by bench/compare, bench/pairs,
+# bench/calls and bench/instr (sourced; needs ss, from iproute2).
 
 # bench_port_free PORT: 0 once nothing listens on PORT (checked every
 # 50 ms, at most 100 times), 1 if something still does: a listener left by
@@ -23,6 +23,35 @@ bench_await_listen() {
 		sleep 0.02
 	done
 	return 2
+}
+
+# bench_serve NAME PORT OUT ERR CMD...: start the server command CMD in
+# the background once nothing listens on PORT (stdout to OUT, stderr to ERR,
+# or to OUT too if ERR is empty), its pid in SRV, and wait until it listens.
+# 0 then; 1 with the reason in BENCH_WHY (NAME names the server in it; SRV
+# is left set, for the caller's clean-up to kill).
+bench_serve() {
+	local name=$1 port=$2 out=$3 err=$4
+	shift 4
+	SRV=
+	BENCH_WHY=
+	if ! bench_port_free "$port"; then
+		BENCH_WHY="TCP port $port is taken by another program (choose others with -n)"
+		return 1
+	fi
+	if [ -n "$err" ]; then
+		"$@" > "$out" 2> "$err" &
+	else
+		"$@" > "$out" 2>&1 &
+	fi
+	SRV=$!
+	bench_await_listen "$port" "$SRV"
+	case $? in
+	0) return 0 ;;
+	1) BENCH_WHY="$name server exited: $(tail -n 3 "${err:-$out}" | tr '\n' ' ')" ;;
+	*) BENCH_WHY="$name server did not listen on port $port" ;;
+	esac
+	return 1
 }
 
 # bench_place_cpus: the first two CPUs this process may run on ("a b"), or
