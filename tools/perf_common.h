@@ -1426,33 +1426,18 @@ static inline int perf_phase(struct perf_run *r, enum perf_test t, uint32_t size
 		/* fallthrough */
 	case T_WRITE_BW:
 	case T_READ_BW:
-		if (r->server)
-			break;		/* RDMA: passive target */
-		for (uint32_t i = 0; i < total; i++) {
-			if (i == warm) {
-				if (perf_reap_to(r, 0, "draining the warm-up"))
-					return PERF_ERR;
-				t0 = perf_now();
-			}
-			if (perf_post(r, t == T_SEND_BW ? OP_SEND : t == T_WRITE_BW ? OP_WRITE : OP_READ,
-				      size, window))
-				return PERF_ERR;
-			perf_progress_tick(&r->prog, i);
-		}
-		if (perf_reap_to(r, 0, "waiting for the last completions"))
-			return PERF_ERR;
-		break;
 	case T_WRITE_IDLE: {
-		/* As write_bw, into a target that calls nothing (dtest -W's):
-		 * the target waits for the last write's byte, the writer
-		 * drains its completions before that write (tcp completes one
-		 * once its data left the buffer), so no earlier write carries
-		 * the byte.  The clock stops at the end barrier, as write_bw's:
-		 * the barrier's message follows the writes on the connection. */
-		uint8_t v = perf_next_seq(r);
+		/* write_idle: write_bw into a target that calls nothing (dtest
+		 * -W's): the target waits for the last write's byte, `mark`;
+		 * the writer drains its completions before that write (tcp
+		 * completes one once its data left the buffer), so no earlier
+		 * write carries the byte.  The clock stops at the end barrier,
+		 * as write_bw's: the barrier's message follows the writes on
+		 * the connection. */
+		uint8_t mark = t == T_WRITE_IDLE ? perf_next_seq(r) : 0;
 
-		if (r->server) {
-			if (perf_idle_until(r, size, v, perf_now() + 20 * r->timeout_ns))
+		if (r->server) {	/* RDMA: passive target */
+			if (mark && perf_idle_until(r, size, mark, perf_now() + 20 * r->timeout_ns))
 				return PERF_ERR;
 			break;
 		}
@@ -1462,12 +1447,13 @@ static inline int perf_phase(struct perf_run *r, enum perf_test t, uint32_t size
 					return PERF_ERR;
 				t0 = perf_now();
 			}
-			if (i + 1 == total) {
+			if (mark && i + 1 == total) {
 				if (perf_reap_to(r, 0, "write_idle: draining before the last write"))
 					return PERF_ERR;
-				r->tx[size - 1] = v;
+				r->tx[size - 1] = mark;
 			}
-			if (perf_post(r, OP_WRITE, size, window))
+			if (perf_post(r, t == T_SEND_BW ? OP_SEND : t == T_READ_BW ? OP_READ : OP_WRITE,
+				      size, window))
 				return PERF_ERR;
 			perf_progress_tick(&r->prog, i);
 		}
