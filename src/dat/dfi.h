@@ -312,6 +312,11 @@ struct dfi_evd {
 	bool unwatched;			/* its CQ is closing: out of every pass (IA lock) */
 	uint32_t calls_seen;		/* consumer calls at the last look */
 	uint64_t calls_moved;		/* when the last look saw them move (ns) */
+	/* Whether the consumer polls the CQ, by its call rate over the last
+	 * window (progress.c, consumer_polls), and the thread's last pass */
+	bool polls;
+	uint32_t rate_calls, rate_waits;	/* calls and waits at the window's start */
+	uint64_t rate_at, pass_end;	/* the window's start; the pass's end (ns) */
 	uint64_t park_until, park_step;	/* next look; the current backoff (ns) */
 	/* The other DTO EVD of the EPs feeding this one: reading either CQ
 	 * drives those EPs (NULL: none yet, or not one EVD: partner_mixed). */

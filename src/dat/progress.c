@@ -17,15 +17,19 @@
  * CQ fds are one-shot (EPOLLONESHOT), and the thread stays off a CQ that
  * its consumer drives itself - the lease (DAPL_OFI_PROGRESS_LEASE_US, L,
  * default 50 us).  A CQ whose EVD has a waiter (it sleeps on the fd
- * itself), or whose consumer called dequeue, wait or a post feeding it
- * within the last L as seen by this thread's looks - on this EVD or on
- * the other DTO EVD of the same EPs, since reading either CQ moves those
- * EPs, or a waiter on that other EVD - gets no pass and stays parked, out
- * of the epoll set (park_cq says why not merely disarmed), looked at again after
+ * itself), or whose consumer polls it - calls dequeue, wait or a post
+ * feeding it at least every 2 us on average (consumer_polls), the last
+ * within L, as seen by this thread's looks - on this EVD or on the other
+ * DTO EVD of the same EPs, since reading either CQ moves those EPs, or a
+ * waiter on that other EVD - gets no pass and stays parked, out of the
+ * epoll set (park_cq says why not merely disarmed), looked at again after
  * a backoff: L, doubling up to the 10 ms tick while the consumer stays
- * busy.  After a pass a CQ is parked for L too: at most one pass per L,
- * so a consumer held up for a while (descheduled on 2 CPUs, or pinned to
- * this SCHED_FIFO thread's CPU) does not turn this thread into its
+ * busy.  A consumer that calls less often (a post and a reap per message,
+ * then a spin on memory) does not drive it: the CQ is watched.  After a
+ * pass a CQ is parked for L too, when its consumer polls or the passes
+ * come closer together than they last (a stream): at most one pass per
+ * L, so a consumer held up for a while (descheduled on 2 CPUs, or pinned
+ * to this SCHED_FIFO thread's CPU) does not turn this thread into its
  * stream's engine, taking every completion's wake-up and locks.  If the
  * consumer was at work within the tick, L counts from the pass's end and
  * no lease is looked at before the thread has slept L: the consumer gets
@@ -37,7 +41,8 @@
  * (nothing could be read).  A polling or waiting consumer thus pays for no
  * progress-thread wake-up per completion - on 2 CPUs each one preempted
  * the poller - while a passive RDMA target (dtest -W spins on memory and
- * calls nothing) is driven again within about L of its last call.  L = 0
+ * calls nothing) is driven again within about L of its last call, and one
+ * that calls only now and then is driven as its data arrives.  L = 0
  * keeps every CQ watched (a pass per completion: the lowest latency for a
  * target that only spins on memory, at its consumers' expense).
  * The private receive CQ of each SRQ EP (srq.c) is watched too, for the
@@ -66,6 +71,8 @@
 #define LEASE_MAX_NS	(TICK_MS * UINT64_C(1000000))
 #define PARK_MIN_NS	(UINT64_C(1000000))	/* a waiter's or a full ring's, with L = 0 */
 #define LEASE_EQ_NS	(50 * UINT64_C(1000))	/* the EQ's first backoff, if it stays readable */
+#define POLL_GAP_NS	(UINT64_C(2000))	/* a polling consumer calls at least this often */
+#define RATE_MIN_NS	(4 * POLL_GAP_NS)	/* the shortest window a rate is taken over */
 
 static int arm_cq(struct dfi_ia *ia, struct dfi_evd *evd, int op)
 {
@@ -219,12 +226,43 @@ static void progress_all_cqs(struct dfi_ia *ia)
 	poll_rcqs(ia, false);
 }
 
-/* Whether the consumer drives evd's CQ itself: it waits on it, or made
- * calls on it (or on the partner EVD, whose CQ reads move the same EPs)
- * that this thread saw move within the last lease, or waits on the
- * partner.  Counting calls keeps clocks off the consumer's path; the
- * window keeps a consumer that is only held up (descheduled, or behind a
- * lock) counted as active.  A waiter on the partner makes no calls while
+/* Whether evd's consumer polls its CQ (IA lock held): in the last window
+ * with calls (on evd or its partner), a wait, or at least one call per
+ * POLL_GAP_NS.  A poller's own reads move its EPs within a few us, and a
+ * waiter's wake-ups (one that posts, then waits, makes few calls).  A consumer that
+ * calls once per message and then spins on memory (MPI one-sided, pscom's
+ * eager rings: a post and a reap per round trip) moves nothing while it
+ * spins, and an incoming RDMA write would wait for this thread's next
+ * look - a lease and its backoff, 50 us to 10 ms - where an IB target's
+ * HCA places it at once.  A window without calls keeps the verdict: a
+ * poller held up (descheduled, behind a lock) makes none, and a consumer
+ * that makes none at all is not seen within the lease anyway.  A window
+ * shorter than RATE_MIN_NS keeps it too. */
+static void consumer_polls(struct dfi_evd *evd, uint32_t calls, uint64_t now)
+{
+	uint32_t waits = dfi_evq_waits(&evd->q);
+
+	if (evd->partner)
+		waits += dfi_evq_waits(&evd->partner->q);
+	if (!evd->rate_at) {
+		evd->polls = true;	/* until a window says otherwise */
+	} else if (now - evd->rate_at < RATE_MIN_NS) {
+		return;
+	} else if (calls != evd->rate_calls) {
+		evd->polls = waits != evd->rate_waits ||
+			     (uint64_t)(calls - evd->rate_calls) * POLL_GAP_NS >= now - evd->rate_at;
+	}
+	evd->rate_calls = calls;
+	evd->rate_waits = waits;
+	evd->rate_at = now;
+}
+
+/* Whether the consumer drives evd's CQ itself: it waits on it, or polls
+ * it (consumer_polls) and made calls on it (or on the partner EVD, whose
+ * CQ reads move the same EPs) that this thread saw move within the last
+ * lease, or waits on the partner.  Counting calls keeps clocks off the
+ * consumer's path; the window keeps a consumer that is only held up
+ * (descheduled, or behind a lock) counted as active.  A waiter on the partner makes no calls while
  * it sleeps, but the partner's CQ fd holds the same EPs' sockets: the
  * traffic that would wake this thread for evd wakes that waiter, whose
  * reads move those EPs (on an RDMA target, a waiter for receives and this
@@ -241,7 +279,9 @@ static bool consumer_drives(struct dfi_ia *ia, struct dfi_evd *evd, uint64_t now
 		evd->calls_seen = c;
 		evd->calls_moved = now;
 	}
-	active = ia->lease_ns && evd->calls_moved && now - evd->calls_moved < ia->lease_ns;
+	consumer_polls(evd, c, now);
+	active = ia->lease_ns && evd->polls && evd->calls_moved &&
+		 now - evd->calls_moved < ia->lease_ns;
 	if (!active && ia->lease_ns && evd->partner)
 		active = dfi_evq_waited(&evd->partner->q);
 	return dfi_evq_consumer_drives(&evd->q, active);
@@ -571,11 +611,20 @@ static void *progress_main(void *arg)
 			 * of that.  Only a pass that parks delays the looks:
 			 * a CNO's or an upcall EVD's CQ is re-armed after each
 			 * pass, and its stream would put them off for as long
-			 * as it lasts. */
+			 * as it lasts.  Nor is a short pass parked on the CQ of a
+			 * consumer that does not poll it (MPI one-sided: a post
+			 * and a reap per message, then a spin on memory): its
+			 * next write arrives a round trip later and must not
+			 * wait a lease; a stream of passes closer together than
+			 * they last parks as above. */
 			pthread_mutex_lock(&ia->lock);
 			if (evd->cq) {
-				if (dfi_evq_consumer_drives(&evd->q, ia->lease_ns != 0)) {
-					uint64_t end = dfi_now_ns();
+				uint64_t end = dfi_now_ns();
+				bool dense = evd->pass_end && now - evd->pass_end < end - now;
+
+				evd->pass_end = end;
+				if (dfi_evq_consumer_drives(&evd->q, ia->lease_ns &&
+							    (evd->polls || dense))) {
 					bool seen = evd->calls_moved &&
 						    end - evd->calls_moved < LEASE_MAX_NS;
 

@@ -542,6 +542,8 @@ DFI_HOT DAT_RETURN dfi_evq_wait(struct dfi_evq *q, DAT_TIMEOUT timeout, DAT_COUN
 	q->state = DFI_EVQ_WAITED;
 	q->threshold = threshold;
 	count_call(q);
+	atomic_store_explicit(&q->waits, atomic_load_explicit(&q->waits, memory_order_relaxed) + 1,
+			      memory_order_relaxed);
 
 	for (;;) {
 		int fds[2], r;

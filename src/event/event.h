@@ -117,6 +117,7 @@ struct dfi_evq {
 	 * (dfi_evq_calls): a moving count means a busy consumer, who reads
 	 * the EVD, and so its source, itself. */
 	_Atomic uint32_t calls;
+	_Atomic uint32_t waits;		/* of which dat_evd_wait calls (the same way) */
 
 	/* statistics, read by tests and the info tool */
 	uint64_t n_posted, n_dropped, n_wakeups, n_upcalls;
@@ -187,6 +188,13 @@ bool dfi_evq_wants_notify(struct dfi_evq *q);
 static inline uint32_t dfi_evq_calls(struct dfi_evq *q)
 {
 	return atomic_load_explicit(&q->calls, memory_order_relaxed);
+}
+
+/* dat_evd_wait calls so far, without the lock: a consumer that waits is
+ * served by its own wake-ups, whatever its call rate. */
+static inline uint32_t dfi_evq_waits(struct dfi_evq *q)
+{
+	return atomic_load_explicit(&q->waits, memory_order_relaxed);
 }
 
 /* A call that counts as the consumer's activity on q without entering it
