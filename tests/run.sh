@@ -112,6 +112,14 @@ if [ "$scope" = all ] && [ -x "$B/tests/test_api_conn" ]; then
 	DAPL_OFI_EP_PREOPEN=0 run test_api_conn-preopen0-cm 300 "$B/tests/test_api_conn" 'test_cm_*'
 	DAPL_OFI_EP_PREOPEN=0 run test_api_conn-preopen0-connect 300 "$B/tests/test_api_conn" 'test_*connect*'
 fi
+# Suppressed sends the ordinary way (DAPL_OFI_INJECT=0, dto.c): a slot
+# held until the CQ is read, across threads, and no event on success.
+if [ "$scope" = all ] && [ -x "$B/tests/test_api_conn" ]; then
+	DAPL_OFI_INJECT=0 run test_api_conn-inject0-suppress 300 "$B/tests/test_api_conn" \
+		'test_*suppress*'
+	DAPL_OFI_INJECT=0 run test_api_conn-inject0-credits 300 "$B/tests/test_api_conn" \
+		'test_stream_credits*'
+fi
 # Completion queues with poll fds (DAPL_OFI_CQ_WAIT=pollfd, fabric/cm.c):
 # their fd is dapl-ofi's mirror of the provider's list, and every waiter,
 # the progress thread and each connect and close keep it right.  The

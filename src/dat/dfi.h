@@ -243,6 +243,7 @@ struct dfi_ep {
 	DAT_EP_ATTR attr;
 	DAT_EP_STATE state;
 	struct dfi_fep *fep;
+	uint32_t inject_max;		/* a suppressed send this long or shorter is injected */
 	/* opened at dat_ep_create for a connect to take (cm_lock): bound to
 	 * the EVDs' CQs and the EQ, never connected, nothing posted */
 	struct dfi_fep *spare;

@@ -6,6 +6,7 @@
  */
 #include "dfi.h"
 #include "fabric/fabric.h"
+#include "util/param.h"
 
 #include <arpa/inet.h>
 #include <string.h>
@@ -196,6 +197,8 @@ static DAT_RETURN ep_create(DAT_IA_HANDLE h, DAT_PZ_HANDLE pzh, DAT_EVD_HANDLE r
 	ep->conn_evd = conn;
 	ep->attr = a;
 	ep->state = DAT_EP_STATE_UNCONNECTED;
+	if (dfi_param_int(DFI_P_INJECT))
+		ep->inject_max = (uint32_t)dfi_fabric_limits(ia->fab)->inject_size;
 	if (srq) {
 		rc = dfi_srq_attach(srq, ep);
 		if (rc != DAT_SUCCESS)

@@ -937,6 +937,23 @@ DFI_HOT int dfi_post_send(struct dfi_fep *e, const struct dfi_sge *sg, int n, vo
 	return msg(e->ep, sg, n, ctx, true);
 }
 
+/* fi_inject takes one buffer: several segments are gathered first. */
+DFI_HOT int dfi_post_inject(struct dfi_fep *e, const struct dfi_sge *sg, int n)
+{
+	uint8_t buf[DFI_INJECT_MAX];
+	size_t off = 0;
+
+	if (n <= 1)
+		return post_rc(fi_inject(e->ep, n ? sg[0].addr : NULL, n ? sg[0].len : 0, 0));
+	for (int i = 0; i < n; i++) {
+		if (sg[i].len > sizeof(buf) - off)
+			return -EMSGSIZE;
+		memcpy(buf + off, sg[i].addr, sg[i].len);
+		off += sg[i].len;
+	}
+	return post_rc(fi_inject(e->ep, buf, off, 0));
+}
+
 DFI_HOT int dfi_post_recv(struct dfi_fep *e, const struct dfi_sge *sg, int n, void *ctx)
 {
 	return msg(e->ep, sg, n, ctx, false);

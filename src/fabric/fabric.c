@@ -148,6 +148,8 @@ int dfi_fabric_open(const char *prov, const struct sockaddr_in *addr, const char
 	f->lim.rx_size = f->info->rx_attr->size;
 	f->lim.max_msg_size = f->info->ep_attr->max_msg_size;
 	f->lim.mr_key_size = f->info->domain_attr->mr_key_size;
+	f->lim.inject_size = f->info->tx_attr->inject_size < DFI_INJECT_MAX ?
+			     f->info->tx_attr->inject_size : DFI_INJECT_MAX;
 	f->lim.prov_major = FI_MAJOR(f->info->fabric_attr->prov_version);
 	f->lim.prov_minor = FI_MINOR(f->info->fabric_attr->prov_version);
 	f->lim.fi_major = FI_MAJOR(fi_version());

@@ -19,6 +19,7 @@ struct dfi_fabric_limits {
 	size_t tx_size, rx_size;	/* queue depths granted */
 	uint64_t max_msg_size;
 	size_t mr_key_size;
+	size_t inject_size;		/* dfi_post_inject's limit (0: none) */
 	unsigned prov_major, prov_minor;	/* the libfabric provider's version */
 	unsigned fi_major, fi_minor;		/* libfabric's */
 	char prov_name[64];
@@ -187,6 +188,11 @@ struct dfi_sge {
 #define DFI_MAX_SGE	16
 /* Post operations; ctx comes back in the completion.  -EAGAIN: queue full. */
 int dfi_post_send(struct dfi_fep *fep, const struct dfi_sge *sg, int n, void *ctx);
+/* A send of at most the limits' inject_size bytes, copied out before the
+ * call returns, that completes with no CQ entry: its delivery is never
+ * reported, failed or not (a failure ends the connection).  0, -EAGAIN
+ * (queue full) or a negative errno. */
+int dfi_post_inject(struct dfi_fep *fep, const struct dfi_sge *sg, int n);
 int dfi_post_recv(struct dfi_fep *fep, const struct dfi_sge *sg, int n, void *ctx);
 int dfi_srx_post_recv(struct dfi_srx *srx, const struct dfi_sge *sg, int n, void *ctx);
 int dfi_post_write(struct dfi_fep *fep, const struct dfi_sge *sg, int n, uint64_t raddr,

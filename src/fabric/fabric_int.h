@@ -14,6 +14,10 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
 
+/* The largest send dfi_post_inject gathers on its stack (tcp's inject
+ * size is 128 in libfabric 1.17). */
+#define DFI_INJECT_MAX	256
+
 struct dfi_fabric {
 	struct fi_info *info;
 	struct fid_fabric *fabric;

@@ -74,6 +74,15 @@ const struct dfi_param dfi_params[DFI_P_COUNT] = {
 		"opens the request's, so none is opened while the IA has a PSP or "
 		"RSP.  Never more than a quarter of the open-file limit.  0: every "
 		"endpoint is opened at dat_ep_connect or dat_cr_accept." },
+	[DFI_P_INJECT] = { "DAPL_OFI_INJECT", DFI_PARAM_BOOL, "1",
+		"Send a suppressed send (DAT_COMPLETION_SUPPRESS_FLAG, or "
+		"UNSIGNALLED where the EP allows it) that fits the provider's "
+		"inject size (128 bytes on tcp) with fi_inject: its data is copied "
+		"at the post and no completion is read for it, as perftest and "
+		"fi_pingpong send.  The price: a failure of that send is not "
+		"reported on its own (the connection breaks, and the EP's other "
+		"DTOs are flushed).  0: every send completes through the queue, "
+		"and a failed suppressed send is reported." },
 };
 
 const char *dfi_param_str(enum dfi_param_id id)

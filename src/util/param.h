@@ -28,6 +28,7 @@ enum dfi_param_id {
 	DFI_P_UPCALL_SPIN_US,
 	DFI_P_CQ_WAIT,
 	DFI_P_EP_PREOPEN,
+	DFI_P_INJECT,
 	DFI_P_COUNT
 };
 

@@ -1063,6 +1063,76 @@ static void test_suppressed_send(void **state)
 	alarm(0);
 }
 
+/* DAPL_OFI_INJECT (default on): a suppressed send that fits the inject
+ * size (128 bytes on tcp) goes out with fi_inject and holds no request
+ * slot.  INJ_N of them, four times the EP's max_request_dtos, are accepted
+ * back to back with nothing read in between (each would otherwise keep
+ * its slot until its completion is read), and arrive whole and in order,
+ * two segments gathered into one; none leaves an event, and a signalled
+ * send after them completes with its own cookie.  Suppressed sends above
+ * the inject size go the ordinary way, with no event either. */
+#define INJ_REQ	4
+#define INJ_N	(4 * INJ_REQ)
+static void test_inject_suppressed_sends(void **state)
+{
+	struct pair *p = *state;
+	DAT_EP_ATTR a = ep_attr(INJ_REQ, EP_DTOS);
+	const char *inject = getenv("DAPL_OFI_INJECT");
+	DAT_EP_STATE st;
+	DAT_BOOLEAN req_idle = DAT_FALSE, rcv_idle;
+	int refused = 0;
+
+	if (inject && atoi(inject) == 0)
+		skip();
+	watchdog(__func__, 60);
+	assert_ok(dat_ep_free(p->c.ep));
+	assert_ok(side_ep(&p->c, &a));
+	for (uint32_t i = 0; i < INJ_N; i++)
+		assert_ok(post_recv1(&p->s, 256 * i, 256, i));
+	for (uint32_t i = 0; i < INJ_REQ; i++)
+		assert_ok(post_recv1(&p->s, 8192 + 1024 * i, 1024, INJ_N + i));
+	establish(p);
+	for (uint32_t i = 0; i < INJ_N; i++) {
+		DAT_LMR_TRIPLET t[2] = { seg(&p->c, 64 * i, 40), seg(&p->c, 4096 + 64 * i, 60) };
+
+		memset(p->c.buf + 64 * i, (int)i, 40);
+		memset(p->c.buf + 4096 + 64 * i, (int)(0x80 | i), 60);
+		if (dat_ep_post_send(p->c.ep, 2, t, ck(0x1000 + i), DAT_COMPLETION_SUPPRESS_FLAG) !=
+		    DAT_SUCCESS)
+			refused++;
+	}
+	if (refused)
+		fail_msg("%d of %d suppressed 100-byte sends refused on an EP of %d request "
+			 "slots: they were not injected", refused, INJ_N, INJ_REQ);
+	for (uint32_t i = 0; i < INJ_N; i++) {
+		const uint8_t *m = p->s.buf + 256 * i;
+
+		expect_dto(p->s.rcv, p->s.ep, i, DAT_DTO_RECEIVE, DAT_DTO_SUCCESS, 100, 2000,
+			   "server receive of an injected send");
+		for (int k = 0; k < 100; k++)
+			if (m[k] != (k < 40 ? i : (0x80 | i)))
+				fail_msg("injected send %u: byte %d is 0x%02x", i, k, m[k]);
+	}
+	assert_ok(dat_ep_get_status(p->c.ep, &st, &rcv_idle, &req_idle));
+	assert_true(req_idle);
+	expect_empty(p->c.req, 100, "client request EVD after injected sends");
+
+	/* above the inject size: sent the ordinary way (a slot each until
+	 * read: one left for the signalled send), still no event */
+	for (uint32_t i = 0; i < INJ_REQ - 1; i++)
+		assert_ok(post_send1(&p->c, 0, 1024, 0x2000 + i, DAT_COMPLETION_SUPPRESS_FLAG));
+	assert_ok(post_send1(&p->c, 0, 8, 0x3000, DAT_COMPLETION_DEFAULT_FLAG));
+	expect_dto(p->c.req, p->c.ep, 0x3000, DAT_DTO_SEND, DAT_DTO_SUCCESS, 8, 2000,
+		   "client signalled send after suppressed ones");
+	for (uint32_t i = 0; i < INJ_REQ - 1; i++)
+		expect_dto(p->s.rcv, p->s.ep, INJ_N + i, DAT_DTO_RECEIVE, DAT_DTO_SUCCESS, 1024,
+			   2000, "server receive of a suppressed 1 KiB send");
+	expect_dto(p->s.rcv, p->s.ep, INJ_N + INJ_REQ - 1, DAT_DTO_RECEIVE, DAT_DTO_SUCCESS, 8,
+		   2000, "server receive of the signalled send");
+	expect_empty(p->c.req, 100, "client request EVD");
+	alarm(0);
+}
+
 /* A dequeue on an empty ring reads the CQ ahead (one fi_cq_read of up to
  * 64) and hands out one completion; the others wait in the read-ahead, out
  * of the ring.  They must come next, in order, once each, to every kind of
@@ -3961,6 +4031,7 @@ int main(int argc, char **argv)
 		TP(test_rdma_write_read),
 		TP(test_rdma_write_then_send_ordering),
 		TP(test_suppressed_send),
+		TP(test_inject_suppressed_sends),
 		TP(test_read_ahead_reaches_every_consumer),
 		TP(test_request_queue_full),
 		/* 3. stream */
