@@ -186,14 +186,17 @@ static DAT_DTO_COOKIE cookie(struct dat_x *x)
 	return c;
 }
 
-static int x_post_send(void *p, size_t len)
+static int x_post_send(void *p, size_t len, bool signaled)
 {
 	struct dat_x *x = p;
 	DAT_LMR_TRIPLET t = seg(x, x->buf + 2 * x->region, len);
 	DAT_RETURN rc = dat_ep_post_send(x->ep, len ? 1 : 0, &t, cookie(x),
-					 DAT_COMPLETION_DEFAULT_FLAG);
+					 signaled ? DAT_COMPLETION_DEFAULT_FLAG :
+						    DAT_COMPLETION_SUPPRESS_FLAG);
 
-	return rc == DAT_SUCCESS ? 0 : dat_fail(rc, "dat_ep_post_send");
+	if (rc != DAT_SUCCESS)
+		return dat_fail(rc, "dat_ep_post_send");
+	return signaled ? 0 : PERF_NOCOMP;	/* a failure still shows as an event */
 }
 
 static int x_post_recv(void *p)

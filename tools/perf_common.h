@@ -63,6 +63,7 @@
 #define PERF_OK			0
 #define PERF_ERR		(-1)	/* reported by the transport */
 #define PERF_TIMEDOUT		(-2)
+#define PERF_NOCOMP		1	/* posted; no completion will come */
 
 /* conn: set by a conn_up that opens its endpoints before it connects any
  * (fi-raw -D, as dtestcm times it): the set-up rate is then timed from
@@ -76,7 +77,7 @@ enum perf_test {
 	T_REAP,
 	T_CONN,
 	T_WRITE_MT,
-	T_WRITE_IDLE,
+	T_WRITE_IDLE, T_WRITE_IDLE_LAT,
 	T_EVENTS, T_WAKE, T_CNO, T_UPCALL,
 	T_COUNT
 };
@@ -108,6 +109,9 @@ static const struct perf_test_info perf_tests[T_COUNT] = {
 	[T_WRITE_IDLE] = { "write_idle", NULL,
 			   "streaming RDMA write bandwidth into a target that calls nothing",
 			   true, true },
+	[T_WRITE_IDLE_LAT] = { "write_idle_lat", NULL,
+			       "RDMA write ping-pong, one-way latency, each side spinning on "
+			       "memory and calling nothing", true, false },
 	[T_EVENTS]    = { "events", NULL, "post_se + dequeue pairs, one thread", false, true },
 	[T_WAKE]      = { "wake", NULL, "wake-up latency between two threads", false, false },
 	[T_CNO]       = { "cno", NULL, "CNO wake-up latency between two threads", false, false },
@@ -202,6 +206,7 @@ struct perf_plan {
 	uint8_t ntests, nsizes;
 	uint8_t tests[PERF_MAX_TESTS];
 	uint32_t iters, warmup, window;
+	uint32_t cq_mod;		/* sends: one in cq_mod signaled (0, 1: all) */
 	uint32_t sizes[PERF_MAX_SIZES];
 	uint64_t addr, key, region;	/* the sender's RDMA region */
 };
@@ -242,6 +247,7 @@ static inline void perf_plan_encode(const struct perf_plan *pl, uint8_t out[PERF
 	perf_put32(out + 16, pl->iters);
 	perf_put32(out + 20, pl->warmup);
 	perf_put32(out + 24, pl->window);
+	perf_put32(out + 28, pl->cq_mod);	/* 0 from a plan of before --cq-mod */
 	perf_put64(out + 32, pl->addr);
 	perf_put64(out + 40, pl->key);
 	perf_put64(out + 48, pl->region);
@@ -264,6 +270,7 @@ static inline const char *perf_plan_decode(const uint8_t *in, size_t len, struct
 	pl->iters = perf_get32(in + 16);
 	pl->warmup = perf_get32(in + 20);
 	pl->window = perf_get32(in + 24);
+	pl->cq_mod = perf_get32(in + 28);
 	pl->addr = perf_get64(in + 32);
 	pl->key = perf_get64(in + 40);
 	pl->region = perf_get64(in + 48);
@@ -275,7 +282,7 @@ static inline const char *perf_plan_decode(const uint8_t *in, size_t len, struct
 	    pl->nsizes > PERF_MAX_SIZES)
 		return "bad test or size count in the plan";
 	for (int i = 0; i < pl->ntests; i++)
-		if (pl->tests[i] < T_SEND_LAT || pl->tests[i] > T_WRITE_IDLE)
+		if (pl->tests[i] < T_SEND_LAT || pl->tests[i] > T_WRITE_IDLE_LAT)
 			return "the plan names a test this server does not know";
 	for (int i = 0; i < pl->nsizes; i++)
 		if (!pl->sizes[i] || pl->sizes[i] > PERF_MAX_SIZE || pl->sizes[i] > pl->region ||
@@ -283,6 +290,8 @@ static inline const char *perf_plan_decode(const uint8_t *in, size_t len, struct
 			return "bad size in the plan";
 	if (!pl->iters || pl->window < 1 || pl->window > PERF_MAX_WINDOW)
 		return "bad iteration count or window in the plan";
+	if (pl->cq_mod > PERF_MAX_WINDOW)
+		return "bad --cq-mod in the plan";
 	return NULL;
 }
 
@@ -526,8 +535,8 @@ static inline void perf_usage(FILE *f, const char *prog, const char *name_opt,
 "  -h host      client: connect to this server (IPv4 address or name)\n"
 "  -n port      port / connection qualifier (default %u)\n"
 "  -t tests     comma list (default send_lat): send_lat write_lat read_lat\n"
-"               send_bw write_bw read_bw reap conn write_mt write_idle events\n"
-"               wake cno upcall\n"
+"               send_bw write_bw read_bw reap conn write_mt write_idle\n"
+"               write_idle_lat events wake cno upcall\n"
 "               (send, write, read: the latency tests; conn runs alone:\n"
 "               its -S are endpoint counts, default 1,16,256,1024, and it\n"
 "               times a 64 B ping-pong beside each count of idle EPs)\n"
@@ -536,6 +545,9 @@ static inline void perf_usage(FILE *f, const char *prog, const char *name_opt,
 "               write_idle: write_bw into a target that calls nothing until\n"
 "               the last write's byte shows (dtest -W's case): the\n"
 "               provider's own progress must place the data\n"
+"               write_idle_lat: write_lat where each side spins on memory\n"
+"               and calls nothing (MPI one-sided, pscom): against\n"
+"               write_lat -m poll, what a passive target costs\n"
 "  -S sizes     64  |  64,4k,64k  |  64:1m (powers of two)  |  all (1:1m)\n"
 "               (default 64,4k,64k)\n"
 "  -I iters     iterations per size (default 10000; a bandwidth size moves\n"
@@ -551,6 +563,8 @@ static inline void perf_usage(FILE *f, const char *prog, const char *name_opt,
 "  --csv        CSV rows;  --json  one JSON document;  --no-header  no CSV header\n"
 "  --calls      send_lat, write_lat: time each poll, post and reap, print the\n"
 "               averages on stderr (on each side that is given --calls)\n"
+"  --cq-mod N   sends: one in N signaled and reaped, the others suppressed\n"
+"               (perftest's --cq-mod; default 1: all signaled)\n"
 "  -q           no progress lines;  -v  verbose\n"
 "  --help       this text\n"
 "The client sends the plan (tests, sizes, iterations, window, mode) to the\n"
@@ -569,6 +583,7 @@ static inline int perf_parse_opts(int argc, char **argv, struct perf_opts *o,
 		{ "no-header", no_argument, NULL, 3 },
 		{ "help", no_argument, NULL, 4 },
 		{ "calls", no_argument, NULL, 5 },
+		{ "cq-mod", required_argument, NULL, 6 },
 		{ NULL, 0, NULL, 0 },
 	};
 	uint32_t v;
@@ -641,6 +656,11 @@ static inline int perf_parse_opts(int argc, char **argv, struct perf_opts *o,
 			perf_usage(stdout, o->prog, name_opt, name_default);
 			return -1;
 		case 5: perf_calls.want = true; break;	/* --calls */
+		case 6:
+			if (perf_parse_uint(optarg, "--cq-mod", 1, PERF_MAX_WINDOW,
+					    &o->plan.cq_mod))
+				return PERF_EXIT_USAGE;
+			break;
 		default:
 			perf_usage(stderr, o->prog, name_opt, name_default);
 			return PERF_EXIT_USAGE;
@@ -881,7 +901,9 @@ static inline void perf_progress_end(struct perf_progress *p)
 
 struct perf_ops {
 	/* post from the send region / into the receive region (whole region) */
-	int (*post_send)(void *x, size_t len);
+	/* signaled false: the send may complete with no completion to reap
+	 * (PERF_NOCOMP) */
+	int (*post_send)(void *x, size_t len, bool signaled);
 	int (*post_recv)(void *x);
 	/* the local send region -> the peer's RDMA region; the peer's RDMA
 	 * region -> the local RDMA region */
@@ -959,6 +981,7 @@ struct perf_run {
 	uint8_t *rx, *rdma, *tx;	/* local regions, each `region` bytes */
 	size_t region;
 	int outstanding;		/* requests posted, completion not reaped */
+	uint32_t sends;			/* posted so far (--cq-mod) */
 	int req_depth;			/* the EP's request queue */
 	uint64_t timeout_ns;
 	uint8_t seq;			/* write_lat: value of the polled byte */
@@ -1074,10 +1097,16 @@ static inline int perf_post(struct perf_run *r, enum perf_op op, size_t len, int
 		return PERF_ERR;
 	uint64_t t0 = perf_call_t0();
 
-	rc = op == OP_SEND ? r->ops->post_send(r->x, len) :
+	/* --cq-mod N: every Nth send signaled, the others suppressed
+	 * (perftest's cq_mod) */
+	bool sig = r->plan->cq_mod <= 1 || ++r->sends % r->plan->cq_mod == 0;
+
+	rc = op == OP_SEND ? r->ops->post_send(r->x, len, sig) :
 	     op == OP_WRITE ? r->ops->post_write(r->x, len) : r->ops->post_read(r->x, len);
 	if (op != OP_READ)
 		perf_call_done(op == OP_SEND ? PC_POST_SEND : PC_POST_WRITE, t0);
+	if (rc == PERF_NOCOMP)
+		return PERF_OK;
 	if (rc)
 		return PERF_ERR;
 	r->outstanding++;
@@ -1177,6 +1206,31 @@ static inline int perf_idle_until(struct perf_run *r, size_t size, uint8_t v, ui
 			return perf_timeout(r, "write_idle: waiting, calling nothing, for the last "
 					    "RDMA write to land");
 		nanosleep(&look, NULL);
+	}
+	return PERF_OK;
+}
+
+/* write_idle_lat: spin on the last byte of the RDMA region until it
+ * carries v, calling nothing of the transport (MPI one-sided and pscom's
+ * eager rings poll memory so): only the provider, on its own, can place
+ * the peer's write. */
+static inline int perf_spin_byte(struct perf_run *r, size_t size, uint8_t v)
+{
+	const uint8_t *p = r->rdma + size - 1;
+	uint64_t deadline = 0;
+	unsigned spins = 0;
+
+	while (__atomic_load_n(p, __ATOMIC_ACQUIRE) != v) {
+		if (++spins == 4096) {
+			uint64_t t = perf_now();
+
+			spins = 0;
+			if (!deadline)
+				deadline = t + r->timeout_ns;
+			else if (t > deadline)
+				return perf_timeout(r, "write_idle_lat: spinning, calling nothing, "
+						    "for the peer's RDMA write");
+		}
 	}
 	return PERF_OK;
 }
@@ -1335,10 +1389,10 @@ static inline int perf_phase(struct perf_run *r, enum perf_test t, uint32_t size
 		r->rdma[size - 1] = 0;
 		r->tx[size - 1] = 0;
 	}
-	if (t == T_WRITE_IDLE && !r->ops->idle_target)
-		return perf_fail(r, "write_idle: not in this program: raw libfabric tcp moves "
+	if ((t == T_WRITE_IDLE || t == T_WRITE_IDLE_LAT) && !r->ops->idle_target)
+		return perf_fail(r, "%s: not in this program: raw libfabric tcp moves "
 				 "data only inside its calls, a target that calls nothing is "
-				 "never written");
+				 "never written", tn);
 	if (perf_barrier(r, "start of a test phase", 1))
 		return PERF_ERR;
 	perf_progress_start(&r->prog, tn, size, total);
@@ -1392,6 +1446,32 @@ static inline int perf_phase(struct perf_run *r, enum perf_test t, uint32_t size
 			}
 			if (perf_reap_some(r))
 				return PERF_ERR;
+			perf_progress_tick(&r->prog, i);
+		}
+		break;
+
+	case T_WRITE_IDLE_LAT:
+		/* write_lat's poll form, but the spin calls nothing: each side
+		 * posts its write, reaps what has completed without waiting,
+		 * and spins on memory.  Against write_lat -m poll (whose spin
+		 * reads the CQ) it shows what a passive target costs. */
+		for (uint32_t i = 0; i < total; i++) {
+			uint8_t v = perf_next_seq(r);
+
+			if (i == warm)
+				t0 = perf_now();
+			it0 = perf_now();
+			if (r->server && perf_spin_byte(r, size, v))
+				return PERF_ERR;
+			r->tx[size - 1] = v;
+			if (perf_post(r, OP_WRITE, size, r->req_depth) || perf_reap_some(r))
+				return PERF_ERR;
+			if (!r->server) {
+				if (perf_spin_byte(r, size, v))
+					return PERF_ERR;
+				if (i >= warm)
+					r->samples[i - warm] = (uint32_t)((perf_now() - it0) / 2);
+			}
 			perf_progress_tick(&r->prog, i);
 		}
 		break;
