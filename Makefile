@@ -28,7 +28,7 @@ FABRIC_LIBS   := $(shell pkg-config --libs libfabric 2>/dev/null || echo -lfabri
 CMOCKA_CFLAGS := $(shell pkg-config --cflags cmocka 2>/dev/null)
 CMOCKA_LIBS   := $(shell pkg-config --libs cmocka 2>/dev/null || echo -lcmocka)
 
-ALL_CFLAGS = -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(SAN_FLAGS) -pthread \
+ALL_CFLAGS = -std=c11 -D_GNU_SOURCE $(CPPFLAGS) $(WARN) $(CFLAGS) $(SAN_FLAGS) -pthread \
 	      -fPIC -Isrc -Iinclude $(FABRIC_CFLAGS) $(EXTRA_CFLAGS)
 ALL_LDFLAGS := $(LDFLAGS) $(SAN_FLAGS) -pthread
 
@@ -54,7 +54,7 @@ INTEG_SRCS := $(wildcard tests/integ/test_*.c)
 INTEG_BINS := $(patsubst tests/integ/%.c,$(B)/tests/%,$(INTEG_SRCS))
 DATCONF   := $(B)/dat.conf
 
-.PHONY: all lib tools examples tests check demo bench bench-smoke install uninstall clean deps help model
+.PHONY: all lib tools examples tests check demo bench bench-smoke install uninstall clean deps help model deb
 .DEFAULT_GOAL := all
 
 all: lib tools examples $(FIRAW) $(PAGEWALK) $(DATCONF) $(B)/dapl-ofi.pc
@@ -123,12 +123,14 @@ $(DATCONF): Makefile | $(LIB)
 	  echo "ofi-bad-key u2.0 nonthreadsafe default $(abspath $(LIB)) dapl.2.0 \"tcp lo frobnicate=1\" \"\""; \
 	} > $@
 
+# Programs include dapl-ofi's headers (which need only <dat2/udat.h>) and
+# link only -ldat2: libfabric is the provider's business, not theirs, so no
+# Requires.private (pkgconf would want libfabric.pc for --cflags too).
 $(B)/dapl-ofi.pc: Makefile
 	@mkdir -p $(B)
 	@printf '%s\n' "prefix=$(PREFIX)" "libdir=$(LIBDIR)" "includedir=$(INCLUDEDIR)" "" \
 	  "Name: dapl-ofi" "Description: DAT 2.0 (uDAPL) provider over libfabric" \
-	  "Version: $(VERSION)" "Requires.private: libfabric" \
-	  "Libs: -ldat2" "Cflags: -I\$${includedir}" > $@
+	  "Version: $(VERSION)" "Libs: -ldat2" "Cflags: -I\$${includedir}" > $@
 
 deps:
 	@scripts/deps.sh
@@ -186,8 +188,19 @@ install: all
 	$(if $(wildcard man/*.7),install -m 644 $(wildcard man/*.7) $(DESTDIR)$(MANDIR)/man7/)
 	printf '%s\n' "# dapl-ofi entries: append to /etc/dat.conf, or name this file in DAT_OVERRIDE" \
 	  "ofi-lo u2.0 nonthreadsafe default $(SONAME) dapl.2.0 \"tcp lo\" \"\"" \
+	  "ofi-lo-rr u2.0 nonthreadsafe default $(SONAME) dapl.2.0 \"tcp 127.0.0.1 rdma_read=1\" \"\"" \
 	  "# ofi-eth0 u2.0 nonthreadsafe default $(SONAME) dapl.2.0 \"tcp eth0\" \"\"" \
 	  > $(DESTDIR)$(DATADIR)/dapl-ofi/dat.conf
+
+# Debian packages (debian/), built from a copy of the tree in build/deb/src so
+# that the tree stays clean: the .debs, .changes and .buildinfo land in
+# build/deb/.
+deb:
+	@scripts/deps.sh deb
+	rm -rf build/deb && mkdir -p build/deb/src
+	tar -cf - --exclude=./build --exclude=./.git . | tar -C build/deb/src -xf -
+	cd build/deb/src && dpkg-buildpackage -b -us -uc -Jauto
+	@ls build/deb/*.deb build/deb/*.changes
 
 uninstall:
 	rm -f $(DESTDIR)$(LIBDIR)/$(SONAME) $(DESTDIR)$(LIBDIR)/libdaplofi.so \
@@ -211,6 +224,7 @@ help:
 	@echo "make bench-smoke  the same in seconds, tiny counts: fails only if a program misbehaves"
 	@echo "make model      check the Promela model of the upcall protocol with spin"
 	@echo "make install    PREFIX=$(PREFIX) DESTDIR=..."
+	@echo "make deb        Debian packages libdaplofi2, libdaplofi-dev, daplofi-utils in build/deb/"
 	@echo "make clean"
 
 -include $(shell find $(B)/obj -name '*.d' 2>/dev/null)

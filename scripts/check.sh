@@ -46,6 +46,21 @@ if make -s bench-smoke > build/bench-smoke.log 2>&1; then
 else
 	total_fail=$((total_fail + 1)); tail -n 20 build/bench-smoke.log
 fi
+# the Debian packages: built (make deb), linted, installed system-wide, the
+# stock dtest through /etc/dat.conf with no DAT_OVERRIDE, purged, the file as
+# it was (about 40 s, plus installing lintian on a fresh machine); one skip
+# when not root
+step "Debian packages (tests/package/deb.sh: make deb, lintian, install, dtest via /etc/dat.conf, purge)"
+timeout --kill-after=60 600 tests/package/deb.sh > build/package-deb.log 2>&1
+rc=$?
+s=$(grep -cE '^ok [0-9]+.*# SKIP' build/package-deb.log)
+p=$(( $(grep -cE '^ok [0-9]+' build/package-deb.log) - s ))
+f=$(grep -cE '^not ok [0-9]+' build/package-deb.log)
+[ "$rc" -ne 0 ] && [ "$f" -eq 0 ] && f=1
+total_pass=$((total_pass + p)) total_fail=$((total_fail + f)) total_skip=$((total_skip + s))
+printf '  package-deb %d passed, %d failed, %d skipped (exit %d), log: build/package-deb.log\n' \
+	"$p" "$f" "$s" "$rc"
+[ "$f" -eq 0 ] || grep -E '^not ok|^#   ' build/package-deb.log | head -40 | sed 's/^/      | /'
 rm -f "$out"
 echo "$total_pass passed, $total_fail failed, $total_skip skipped"
 [ "$total_fail" -eq 0 ]

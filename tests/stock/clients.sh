@@ -7,6 +7,8 @@
 #
 # Environment:
 #   B                 build directory holding dat.conf (default: build)
+#   CLIENTS_REGISTRY  "system": no DAT_OVERRIDE, the registry reads
+#                     /etc/dat.conf (an installed package's entries)
 #   CLIENTS_CASES     space-separated case names to run (default: all; the
 #                     names are listed by CLIENTS_CASES=list)
 #   CLIENTS_WRAP      prefix for every stock command, e.g. "valgrind -q" or
@@ -114,9 +116,18 @@ for c in "${SELECTED[@]}"; do
 	command -v "${C_PROG[$c]}" >/dev/null 2>&1 ||
 		bail "${C_PROG[$c]} not found (Debian package dapl2-utils)"
 done
-[ -r "$B/dat.conf" ] || bail "$B/dat.conf not found: run make first (or set B)"
-DAT_OVERRIDE="$(cd "$B" && pwd)/dat.conf"
-export DAT_OVERRIDE
+# CONF: the file the registry reads.  CLIENTS_REGISTRY=system: /etc/dat.conf,
+# as an installed provider is found, with no DAT_OVERRIDE at all.
+if [ "${CLIENTS_REGISTRY:-}" = system ]; then
+	unset DAT_OVERRIDE
+	CONF=/etc/dat.conf
+	[ -r "$CONF" ] || bail "$CONF not found"
+else
+	[ -r "$B/dat.conf" ] || bail "$B/dat.conf not found: run make first (or set B)"
+	DAT_OVERRIDE="$(cd "$B" && pwd)/dat.conf"
+	export DAT_OVERRIDE
+	CONF=$DAT_OVERRIDE
+fi
 
 # ---- the command prefix: timeout, the wrap, stdbuf -----------------------
 # stdbuf works by LD_PRELOAD, so it goes after a leading "env VAR=..." (which
@@ -352,10 +363,10 @@ run_case() {
 	problems=""
 	rm -f "$slog" "$clog"
 
-	if ! grep -qE "^[[:space:]]*${ia}[[:space:]]" "$DAT_OVERRIDE"; then
+	if ! grep -qE "^[[:space:]]*${ia}[[:space:]]" "$CONF"; then
 		nfail=$((nfail + 1))
 		echo "not ok $n - $name: $prog -P $ia ${C_ARGS[$name]}"
-		echo "#   IA $ia is not in $DAT_OVERRIDE: nothing was run"
+		echo "#   IA $ia is not in $CONF: nothing was run"
 		return
 	fi
 	srv=("$prog" -P "$ia" -s "${args[@]}")
@@ -481,7 +492,7 @@ run_case() {
 }
 
 echo "1..${#SELECTED[@]}"
-echo "# stock clients: DAT_OVERRIDE=$DAT_OVERRIDE, timeout ${LIMIT}s${WRAP:+, wrapped in: $WRAP}${CLIENTS_LOGDIR:+, logs in $CLIENTS_LOGDIR}"
+echo "# stock clients: ${DAT_OVERRIDE:+DAT_OVERRIDE=}$CONF, timeout ${LIMIT}s${WRAP:+, wrapped in: $WRAP}${CLIENTS_LOGDIR:+, logs in $CLIENTS_LOGDIR}"
 now_ms
 suite_t0=$NOW
 # bash reports a background job killed by a signal ("line N: PID Segmentation
