@@ -32,7 +32,7 @@ ALL_CFLAGS = -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(SAN_FLAGS) -pthread \
 	      -fPIC -Isrc -Iinclude $(FABRIC_CFLAGS) $(EXTRA_CFLAGS)
 ALL_LDFLAGS := $(LDFLAGS) $(SAN_FLAGS) -pthread
 
-UTIL_SRCS   := src/util/log.c src/util/param.c src/util/arena.c
+UTIL_SRCS   := src/util/log.c src/util/param.c src/util/arena.c src/util/ia_params.c
 EVENT_SRCS  := src/event/evd_core.c src/event/cno_core.c src/event/upcall.c src/event/time.c
 FABRIC_SRCS := src/fabric/fabric.c src/fabric/cm.c
 DAT_SRCS    := src/dat/provider.c src/dat/stubs.c src/dat/handle.c src/dat/ia.c \
