@@ -72,8 +72,11 @@ $(LIB): $(call obj,$(LIB_SRCS)) src/dat/libdaplofi.map
 	      -Wl,--no-undefined -o $@ $(call obj,$(LIB_SRCS)) $(ALL_LDFLAGS) -ldat2 $(FABRIC_LIBS)
 	ln -sf $(SONAME) $(B)/libdaplofi.so
 
-$(B)/daplofi-info: $(call obj,tools/daplofi-info.c $(UTIL_SRCS))
-	$(CC) -o $@ $^ $(ALL_LDFLAGS) -ldat2
+# daplofi-info shares the library's ia_params parser, address resolution and
+# fi_getinfo (src/fabric/fabric.c) to explain a failed open; the open itself
+# goes through -ldat2 as any DAT program's.
+$(B)/daplofi-info: $(call obj,tools/daplofi-info.c $(UTIL_SRCS) src/fabric/fabric.c)
+	$(CC) -o $@ $^ $(ALL_LDFLAGS) -ldat2 -ldl $(FABRIC_LIBS)
 
 $(B)/daplofi-demo: $(call obj,tools/daplofi-demo.c)
 	$(CC) -o $@ $^ $(ALL_LDFLAGS) -ldat2
