@@ -145,6 +145,18 @@ ok $? "another provider's entry is named, not tried" "$(grep -A1 'other provider
 row "$work/mixed.out" other >/dev/null
 ok $(( ! $? )) "another provider's entry has no row without -a"
 
+# ---- a quote left open: libdat2 2.1.10 may crash reading the lines after it
+printf 'open u2.0 nonthreadsafe default %s dapl.2.0 "tcp lo ""\ngood u2.0 nonthreadsafe default %s dapl.2.0 "tcp lo" ""\nw u2.0 nonthreadsafe default %s dapl.2.0 "tcp lo mtu=12" ""\n' \
+	"$LIB" "$LIB" "$LIB" >"$work/quote.conf"
+info quote -f "$work/quote.conf"
+case $rc in
+4) grep -q '^daplofi-info: killed by signal' "$work/quote.out" ;;
+2) true ;;
+*) false ;;
+esac
+ok $? "a quote left open: exit status 4 (the registry crashed) or 2" "exit $rc: $(head -3 "$work/quote.out")"
+expect_problem "$work/quote.out" open "a quote is not closed" "close it"
+
 # ---- exit statuses ------------------------------------------------------------
 grep -E '^(#|ofi-lo |ofi-net-lo |ofi-lo-rr )' "$CONF" >"$work/good.conf"
 info good -f "$work/good.conf"

@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define WIDTH		100	/* output fits a terminal this wide */
@@ -64,6 +65,7 @@ static bool verbose;
 static char interfaces[512];		/* "lo 127.0.0.1, eth0 10.0.2.15" */
 static char providers[256];		/* libfabric providers dapl-ofi can use */
 static char registry_said[4096];	/* libdat2's output when it loaded */
+static int crashed;			/* the signal that killed the child */
 
 /* ------------------------------------------------------------- printing */
 
@@ -176,13 +178,13 @@ static int tokenize(char *line, char **tok)
 					p++;
 				*out++ = *p;
 			}
-			p++;
+			p++;		/* the closing quote */
 		} else {
 			while (*p && *p != ' ' && *p != '\t' && *p != '\n')
 				*out++ = *p++;
 		}
-		if (*p)
-			p++;
+		if (*p == ' ' || *p == '\t' || *p == '\n')
+			p++;		/* the blank out may be about to overwrite */
 		*out = '\0';
 	}
 }
@@ -260,7 +262,8 @@ static bool check_fields(struct entry *e)
 
 	if (e->nf < 0) {
 		e->state = S_IGNORED;
-		problem(e, "a quote is not closed: the registry skips this line");
+		problem(e, "a quote is not closed: the registry skips this line, and libdat2 "
+			"2.1.10 may crash on the lines after it");
 		remedy(e, "close it; a whole entry reads %s", example);
 		return false;
 	}
@@ -692,7 +695,7 @@ static void print_table(struct entry *es, int n, bool all)
 		w[c] = (int)strlen(head[c]);
 	for (int i = 0; i < n; i++) {
 		struct entry *e = &es[i];
-		const char *col[8] = { e->nf > 0 ? e->f[0] : "?", state_names[e->state],
+		const char *col[8] = { e->f[0] ? e->f[0] : "?", state_names[e->state],
 				       e->cfg.prov_name, e->ours ? "msg" : "", e->iface,
 				       e->addr, e->lim.fabric_name, e->lim.domain_name };
 
@@ -710,7 +713,7 @@ static void print_table(struct entry *es, int n, bool all)
 		if (!e->ours && !all)
 			continue;
 		printf("%-*s  %-*s  %-*s  %-*s  %-*s  %-*s  %-*s  %s\n",
-		       w[0], e->nf > 0 ? e->f[0] : "?", w[1], state_names[e->state],
+		       w[0], e->f[0] ? e->f[0] : "?", w[1], state_names[e->state],
 		       w[2], or_dash(e->cfg.prov_name), w[3], e->ours ? "msg" : "-",
 		       w[4], or_dash(e->iface), w[5], or_dash(e->addr),
 		       w[6], or_dash(e->lim.fabric_name), or_dash(e->lim.domain_name));
@@ -730,7 +733,7 @@ static void print_problems(struct entry *es, int n, bool all)
 		if (!head)
 			printf("\nWhy not, and the fix:\n");
 		head = true;
-		snprintf(lead, sizeof(lead), "  %s (line %d): ", e->nf > 0 ? e->f[0] : "?", e->line);
+		snprintf(lead, sizeof(lead), "  %s (line %d): ", e->f[0] ? e->f[0] : "?", e->line);
 		printf("%s", lead);
 		fold((int)strlen(lead), 6, e->reason);
 		printf("    fix: ");
@@ -837,52 +840,88 @@ static int read_conf(const char *conf, struct entry **out, int *n)
 }
 
 /* libdat2 reads its dat.conf when it is loaded, before main(), and prints
- * what it cannot parse on stdout then.  So the tool runs itself again, with
- * DAT_OVERRIDE naming the file and its stdout in a temporary file until
- * main() takes the real one back (DAPLOFI_INFO_FDS): the registry's lines
- * stay out of the table and show with -v. */
-static int reexec(char **argv, const char *conf)
+ * what it cannot parse on stdout then (and a file it cannot parse may crash
+ * it: an unclosed quote followed by more entries does in 2.1.10).  So the
+ * tool runs itself again in a child, with DAT_OVERRIDE naming the file and
+ * its stdout in a temporary file until main() takes the real one back
+ * (DAPLOFI_INFO_FDS): the registry's lines stay out of the table and show
+ * with -v; if the child dies, the parent goes on without opening anything
+ * (crashed: the signal).  Returns -1 to go on, else the exit status. */
+static int run_child(char **argv, const char *conf)
 {
 	const char *fds = getenv("DAPLOFI_INFO_FDS");
 	char buf[64];
-	int out, tmp;
+	int out, err, tmp, st;
+	pid_t pid;
 	FILE *f;
 
 	if (fds) {
 		size_t n;
 
-		if (sscanf(fds, "%d:%d", &out, &tmp) != 2)
-			return 0;
+		if (sscanf(fds, "%d:%d:%d", &out, &err, &tmp) != 3)
+			return -1;
 		unsetenv("DAPLOFI_INFO_FDS");
 		fflush(stdout);
+		fflush(stderr);
 		dup2(out, 1);
+		dup2(err, 2);
 		close(out);
+		close(err);
 		f = fdopen(tmp, "r");
 		if (!f)
-			return 0;
+			return -1;
 		rewind(f);
 		n = fread(registry_said, 1, sizeof(registry_said) - 1, f);
 		registry_said[n] = '\0';
 		fclose(f);
-		return 0;
+		return -1;
 	}
 	if (conf && *conf)
 		setenv("DAT_OVERRIDE", conf, 1);
 	f = tmpfile();
 	fflush(stdout);
+	fflush(stderr);
 	out = dup(1);
-	if (!f || out < 0) {
+	err = dup(2);
+	if (!f || out < 0 || err < 0) {
 		perror("daplofi-info: a temporary file");
 		return 1;
 	}
 	tmp = dup(fileno(f));	/* without O_CLOEXEC, unlike tmpfile's */
-	snprintf(buf, sizeof(buf), "%d:%d", out, tmp);
-	setenv("DAPLOFI_INFO_FDS", buf, 1);
-	dup2(tmp, 1);
-	execv("/proc/self/exe", argv);
-	dup2(out, 1);
-	perror("daplofi-info: running itself again (/proc/self/exe)");
-	return 1;
+	snprintf(buf, sizeof(buf), "%d:%d:%d", out, err, tmp);
+	pid = fork();
+	if (pid == 0) {
+		setenv("DAPLOFI_INFO_FDS", buf, 1);
+		dup2(tmp, 1);
+		dup2(tmp, 2);
+		execv("/proc/self/exe", argv);
+		dup2(err, 2);
+		perror("daplofi-info: running itself again (/proc/self/exe)");
+		_exit(1);
+	}
+	close(out);
+	close(err);
+	close(tmp);
+	if (pid < 0 || waitpid(pid, &st, 0) != pid) {
+		perror("daplofi-info: fork");
+		fclose(f);
+		return 1;
+	}
+	if (WIFEXITED(st)) {
+		fclose(f);
+		return WEXITSTATUS(st);
+	}
+	/* the child died: in the registry when it read the file, or later */
+	{
+		size_t n;
+
+		rewind(f);
+		n = fread(registry_said, 1, sizeof(registry_said) - 1, f);
+		registry_said[n] = '\0';
+		fclose(f);
+		crashed = WTERMSIG(st);
+		return -1;
+	}
 }
 
 static void usage(FILE *to, const char *argv0)
@@ -917,8 +956,23 @@ int main(int argc, char **argv)
 		usage(stderr, argv[0]);
 		return 1;
 	}
-	if (reexec(argv, conf))
-		return 1;
+	c = run_child(argv, conf);
+	if (c >= 0)
+		return c;
+	if (crashed) {
+		char msg[512];
+
+		snprintf(msg, sizeof(msg), "killed by signal %d (%s) while the DAT registry read "
+			 "%s or opened its entries; so may be any DAT program that reads it.  What "
+			 "follows is found without the registry.%s", crashed, strsignal(crashed),
+			 conf && *conf ? conf : "/etc/dat.conf", registry_said[0] ?
+			 "  What it printed is at the end." : "");
+		printf("daplofi-info: ");
+		fold(14, 2, msg);
+		putchar('\n');
+		try = 0;
+		verbose = false;
+	}
 	if (only_params || verbose) {
 		print_params();
 		if (only_params)
@@ -966,7 +1020,10 @@ int main(int argc, char **argv)
 		     "libdaplofi.so.2 dapl.2.0 \"tcp lo\" \"\"' (make install writes one in "
 		     "$PREFIX/share/dapl-ofi/dat.conf), or set DAT_OVERRIDE to a file that has it.");
 	}
-	if (registry_said[0] && !verbose)
+	if (crashed)
+		printf("\nBefore it died, the child printed (at most %zu bytes):\n%s\n",
+		       sizeof(registry_said) - 1, registry_said);
+	else if (registry_said[0] && !verbose)
 		printf("\nThe registry printed %d line%s when it read the file (-v shows them).\n",
 		       count_lines(registry_said), count_lines(registry_said) == 1 ? "" : "s");
 	if (verbose && registry_said[0])
@@ -977,7 +1034,7 @@ int main(int argc, char **argv)
 
 			if ((!e->ours && !all) || !e->detail)
 				continue;
-			printf("\n%s  %s\n", e->nf > 0 ? e->f[0] : "?", state_names[e->state]);
+			printf("\n%s  %s\n", e->f[0] ? e->f[0] : "?", state_names[e->state]);
 			print_detail(e->detail);
 		}
 	}
@@ -986,6 +1043,8 @@ int main(int argc, char **argv)
 		free(es[i].detail);
 	}
 	free(es);
+	if (crashed)
+		return 4;
 	if (!try)
 		return 0;
 	return !ours ? 3 : bad ? 2 : 0;
