@@ -98,8 +98,10 @@ ok $? "ofi-bad-if: the fix lists lo 127.0.0.1" "$(problem "$work/build.out" ofi-
 expect_problem "$work/build.out" ofi-bad-key \
 	"unknown option 'frobnicate'" "the options are mtu=<bytes>, rdma_read=0|1 and domain="
 long=$(awk 'length($0) > 100' "$work/build.out")
-ok $([ -z "$long" ]; echo $?) "every line fits 100 columns" "$long"
-ok $([ ! -s "$work/build.err" ]; echo $?) "nothing on stderr (the library's log lines are captured)" \
+[ -z "$long" ]
+ok $? "every line fits 100 columns" "$long"
+[ ! -s "$work/build.err" ]
+ok $? "nothing on stderr (the library's log lines are captured)" \
 	"$(head -5 "$work/build.err")"
 
 # ---- -v: the attributes, and the library's own log line -------------------
