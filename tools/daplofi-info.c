@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -791,9 +792,15 @@ static int read_conf(const char *conf, struct entry **out, int *n)
 	char *line = NULL;
 	size_t cap = 0;
 	int lineno = 0;
+	struct stat st;
 
 	*out = NULL;
 	*n = 0;
+	if (f && fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
+		fclose(f);
+		f = NULL;
+		errno = EISDIR;
+	}
 	if (!f) {
 		fprintf(stderr, "daplofi-info: %s: %s\n", conf, strerror(errno));
 		return -1;
