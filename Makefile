@@ -32,7 +32,7 @@ ALL_CFLAGS = -std=c11 -D_GNU_SOURCE $(CPPFLAGS) $(WARN) $(CFLAGS) $(SAN_FLAGS) -
 	      -fPIC -Isrc -Iinclude $(FABRIC_CFLAGS) $(EXTRA_CFLAGS)
 ALL_LDFLAGS := $(LDFLAGS) $(SAN_FLAGS) -pthread
 
-UTIL_SRCS   := src/util/log.c src/util/param.c src/util/arena.c
+UTIL_SRCS   := src/util/log.c src/util/param.c src/util/arena.c src/util/ia_params.c
 EVENT_SRCS  := src/event/evd_core.c src/event/cno_core.c src/event/upcall.c src/event/time.c
 FABRIC_SRCS := src/fabric/fabric.c src/fabric/cm.c
 DAT_SRCS    := src/dat/provider.c src/dat/stubs.c src/dat/handle.c src/dat/ia.c \
@@ -72,8 +72,11 @@ $(LIB): $(call obj,$(LIB_SRCS)) src/dat/libdaplofi.map
 	      -Wl,--no-undefined -o $@ $(call obj,$(LIB_SRCS)) $(ALL_LDFLAGS) -ldat2 $(FABRIC_LIBS)
 	ln -sf $(SONAME) $(B)/libdaplofi.so
 
-$(B)/daplofi-info: $(call obj,tools/daplofi-info.c $(UTIL_SRCS))
-	$(CC) -o $@ $^ $(ALL_LDFLAGS) -ldat2
+# daplofi-info shares the library's ia_params parser, address resolution and
+# fi_getinfo (src/fabric/fabric.c) to explain a failed open; the open itself
+# goes through -ldat2 as any DAT program's.
+$(B)/daplofi-info: $(call obj,tools/daplofi-info.c $(UTIL_SRCS) src/fabric/fabric.c)
+	$(CC) -o $@ $^ $(ALL_LDFLAGS) -ldat2 -ldl $(FABRIC_LIBS)
 
 $(B)/daplofi-demo: $(call obj,tools/daplofi-demo.c)
 	$(CC) -o $@ $^ $(ALL_LDFLAGS) -ldat2

@@ -164,4 +164,9 @@ fi
 if [ "$scope" = all ] && [ -x tests/examples.sh ]; then
 	B=$B run examples 300 tests/examples.sh
 fi
+# daplofi-info on the build tree's dat.conf (its broken entries) and on
+# dat.conf files of its own: reasons, fixes, exit statuses (about 10 s).
+if [ "$scope" = all ] && [ -x tests/info.sh ]; then
+	B=$B run info 120 tests/info.sh
+fi
 echo "RESULT $pass $fail $skip"

@@ -1,127 +1,1058 @@
 /*
- * daplofi-info: the configuration table with the values in force, and the IAs
- * of a dat.conf with whether each opens through the stock registry.
+ * daplofi-info: the first thing to run when a DAT program cannot open a
+ * dapl-ofi IA.  For each entry of a dat.conf: does it open through the stock
+ * registry (dat_ia_open, as any DAT program), and if not, why and how to fix
+ * it; which libfabric provider, endpoint type, interface, address, fabric and
+ * domain it uses.  Also the configuration table with the values in force.
  *
- *   daplofi-info [-c] [-a] [-f dat.conf] [-q]
- *     -c  print only the configuration table
- *     -a  try to open every default entry, not only dapl-ofi's
- *     -f  the dat.conf to read (default: $DAT_OVERRIDE, else /etc/dat.conf)
- *     -q  do not try to open the IAs
+ *   daplofi-info [-a] [-c] [-f dat.conf] [-q] [-v]      (man/daplofi-info.1)
+ *
+ * The diagnosis reuses the library's own pieces: its ia_params parser
+ * (util/ia_params.c), its address resolution and its fi_getinfo
+ * (fabric/fabric.c, dfi_fabric_probe), so that it finds what dat_ia_open
+ * would.  The open itself goes through libdat2 only.
  */
+#include "fabric/fabric.h"
+#include "util/ia_params.h"
 #include "util/param.h"
 
+#include <arpa/inet.h>
 #include <dat2/udat.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <ifaddrs.h>
+#include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#define WIDTH		100	/* output fits a terminal this wide */
+#define MAX_ENTRIES	4096	/* dat.conf entries read, at most */
+#define NFIELDS		8	/* fields of a dat.conf entry */
+
+enum state {
+	S_UNTRIED,		/* -q, or another provider's entry without -a */
+	S_OPENS,
+	S_FAILS,		/* dat_ia_open failed */
+	S_IGNORED,		/* the registry never registers it */
+};
+
+static const char *const state_names[] = {
+	[S_UNTRIED] = "-", [S_OPENS] = "opens", [S_FAILS] = "FAILS", [S_IGNORED] = "ignored",
+};
+
+struct entry {
+	int line;
+	char *text;			/* the line, tokenized in place */
+	char *f[NFIELDS];		/* its fields, quotes removed */
+	int nf;
+	bool ours;			/* the library is dapl-ofi's */
+	enum state state;
+	char reason[1024], fix[1536];
+	/* what it would use (dapl-ofi entries) */
+	struct dfi_config cfg;
+	char iface[128], addr[INET_ADDRSTRLEN];
+	struct dfi_fabric_limits lim;
+	bool have_lim;
+	char *detail;			/* -v: attributes, captured log lines */
+	size_t detail_len;
+};
+
+static bool verbose;
+static char interfaces[512];		/* "lo 127.0.0.1, eth0 10.0.2.15" */
+static char providers[256];		/* libfabric providers dapl-ofi can use */
+static char registry_said[4096];	/* libdat2's output when it loaded */
+static int crashed;			/* the signal that killed the child */
+
+/* ------------------------------------------------------------- printing */
+
+/* Print text folded at WIDTH: the first line after `first` columns already
+ * used, the others indented by `indent`. */
+static void fold(int first, int indent, const char *text)
+{
+	int col = first;
+	const char *p = text;
+
+	while (*p) {
+		const char *sp = strchr(p, ' ');
+		int len = sp ? (int)(sp - p) : (int)strlen(p);
+
+		if (col > indent && col + 1 + len > WIDTH) {
+			printf("\n%*s", indent, "");
+			col = indent;
+		} else if (p != text) {
+			putchar(' ');
+			col++;
+		}
+		printf("%.*s", len, p);
+		col += len;
+		p += len;
+		while (*p == ' ')
+			p++;
+	}
+	putchar('\n');
+}
 
 static void print_params(void)
 {
+	int w = 0;
+
+	for (int i = 0; i < DFI_P_COUNT; i++)
+		if ((int)strlen(dfi_params[i].name) > w)
+			w = (int)strlen(dfi_params[i].name);
 	printf("Configuration (environment variables; '*' = set in the environment)\n");
 	for (int i = 0; i < DFI_P_COUNT; i++) {
 		const struct dfi_param *p = &dfi_params[i];
 
-		printf("  %c %-22s = %-10s (default %s)\n      %s\n",
-		       dfi_param_set(i) ? '*' : ' ', p->name, dfi_param_str(i),
-		       *p->def ? p->def : "\"\"", p->help);
+		printf("  %c %-*s = %-10s (default %s)\n      ", dfi_param_set(i) ? '*' : ' ',
+		       w, p->name, dfi_param_str(i), *p->def ? p->def : "\"\"");
+		fold(6, 6, p->help);
 	}
 }
 
-/* Split a dat.conf line into its first 7 tokens (quotes handled). */
-static int tokens(char *line, char **tok, int max)
+/* One line: the variables set, so that a report shows the setting. */
+static void print_env_line(void)
 {
-	int n = 0;
-	char *p = line;
+	char buf[1024] = "";
+	size_t used = 0;
 
-	while (*p && n < max) {
+	for (int i = 0; i < DFI_P_COUNT && used < sizeof(buf); i++)
+		if (dfi_param_set(i))
+			used += snprintf(buf + used, sizeof(buf) - used, "%s%s=%s",
+					 used ? ", " : "", dfi_params[i].name, dfi_param_str(i));
+	printf("Environment: ");
+	fold(13, 6, used ? buf : "no dapl-ofi variable set (daplofi-info -c lists them)");
+}
+
+static void detail(struct entry *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Append to e's -v details. */
+static void detail(struct entry *e, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+	char *d;
+
+	va_start(ap, fmt);
+	n = vsnprintf(NULL, 0, fmt, ap);
+	va_end(ap);
+	if (n < 0 || !(d = realloc(e->detail, e->detail_len + (size_t)n + 1)))
+		return;
+	e->detail = d;
+	va_start(ap, fmt);
+	vsnprintf(d + e->detail_len, (size_t)n + 1, fmt, ap);
+	va_end(ap);
+	e->detail_len += (size_t)n;
+}
+
+/* ------------------------------------------------------------- dat.conf */
+
+/* Split a dat.conf line as libdat2 does (udat_sr_parser.c): blanks
+ * separate tokens, '#' at the start of one ends the line, a token in double
+ * quotes may hold blanks and \" or \\, and loses its quotes.  Returns the
+ * number of tokens (the first NFIELDS stored), or -1 for an open quote. */
+static int tokenize(char *line, char **tok)
+{
+	char *p = line;
+	int n = 0;
+
+	for (;;) {
+		char *out;
+
 		while (*p == ' ' || *p == '\t')
 			p++;
-		if (!*p || *p == '#' || *p == '\n')
-			break;
+		if (!*p || *p == '\n' || *p == '#')
+			return n;
+		out = p;
+		if (n < NFIELDS)
+			tok[n] = out;
+		n++;
 		if (*p == '"') {
-			tok[n++] = ++p;
-			while (*p && *p != '"')
-				p++;
+			for (p++; *p != '"'; p++) {
+				if (!*p || *p == '\n')
+					return -1;
+				if (*p == '\\' && (p[1] == '"' || p[1] == '\\'))
+					p++;
+				*out++ = *p;
+			}
+			p++;		/* the closing quote */
 		} else {
-			tok[n++] = p;
 			while (*p && *p != ' ' && *p != '\t' && *p != '\n')
-				p++;
+				*out++ = *p++;
 		}
-		if (*p)
-			*p++ = '\0';
+		if (*p == ' ' || *p == '\t' || *p == '\n')
+			p++;		/* the blank out may be about to overwrite */
+		*out = '\0';
 	}
+}
+
+static bool is_ours(const char *lib)
+{
+	const char *base = strrchr(lib, '/');
+
+	return strncmp(base ? base + 1 : lib, "libdaplofi", 10) == 0;
+}
+
+/* The interfaces of this host with their IPv4 addresses, for the fixes. */
+static void list_interfaces(void)
+{
+	struct ifaddrs *ifa, *i, *j;
+	size_t used = 0;
+
+	if (getifaddrs(&ifa) != 0) {
+		snprintf(interfaces, sizeof(interfaces), "(getifaddrs: %s)", strerror(errno));
+		return;
+	}
+	for (i = ifa; i && used < sizeof(interfaces); i = i->ifa_next) {
+		char a[INET_ADDRSTRLEN] = "";
+		bool v4 = i->ifa_addr && i->ifa_addr->sa_family == AF_INET, listed = false;
+
+		for (j = ifa; j != i; j = j->ifa_next)	/* once per name: with its IPv4 */
+			if (strcmp(j->ifa_name, i->ifa_name) == 0 &&
+			    (v4 ? j->ifa_addr && j->ifa_addr->sa_family == AF_INET : true))
+				listed = true;
+		if (!v4)	/* named without an address if it has no IPv4 at all */
+			for (j = ifa; j; j = j->ifa_next)
+				if (strcmp(j->ifa_name, i->ifa_name) == 0 && j->ifa_addr &&
+				    j->ifa_addr->sa_family == AF_INET)
+					listed = true;
+		if (listed)
+			continue;
+		if (v4)
+			inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr,
+				  a, sizeof(a));
+		used += snprintf(interfaces + used, sizeof(interfaces) - used, "%s%s %s",
+				 used ? ", " : "", i->ifa_name, v4 ? a : "(no IPv4)");
+	}
+	freeifaddrs(ifa);
+}
+
+/* The interface that holds addr, or "" (a host name or address elsewhere). */
+static void iface_of(const struct sockaddr_in *addr, char *name, size_t len)
+{
+	struct ifaddrs *ifa, *i;
+
+	name[0] = '\0';
+	if (getifaddrs(&ifa) != 0)
+		return;
+	for (i = ifa; i; i = i->ifa_next)
+		if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET &&
+		    ((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr == addr->sin_addr.s_addr) {
+			snprintf(name, len, "%s", i->ifa_name);
+			break;
+		}
+	freeifaddrs(ifa);
+}
+
+#define problem(e, ...) snprintf((e)->reason, sizeof((e)->reason), __VA_ARGS__)
+#define remedy(e, ...) snprintf((e)->fix, sizeof((e)->fix), __VA_ARGS__)
+
+static const char example[] =
+	"<ia_name> u2.0 nonthreadsafe default libdaplofi.so.2 dapl.2.0 \"tcp lo\" \"\"";
+
+/* The fields the registry checks before it would load the library; false
+ * (with reason and fix) if it skips the entry or no open can match it. */
+static bool check_fields(struct entry *e)
+{
+	unsigned maj, min;
+	char kind, c;
+
+	if (e->nf < 0) {
+		e->state = S_IGNORED;
+		problem(e, "a quote is not closed: the registry skips this line, and libdat2 "
+			"2.1.10 may crash on the lines after it");
+		remedy(e, "close it; a whole entry reads %s", example);
+		return false;
+	}
+	if (e->nf != NFIELDS) {
+		e->state = S_IGNORED;
+		problem(e, "%d fields where the registry needs 8: it skips this line", e->nf);
+		remedy(e, "write all 8, ia_params and platform_params in quotes: %s", example);
+		return false;
+	}
+	if (strlen(e->f[0]) >= DAT_NAME_MAX_LENGTH) {
+		e->state = S_IGNORED;
+		problem(e, "IA name longer than %d characters", DAT_NAME_MAX_LENGTH - 1);
+		remedy(e, "shorten it");
+		return false;
+	}
+	if (sscanf(e->f[1], "%c%u.%u%c", &kind, &maj, &min, &c) != 3 ||
+	    (kind != 'u' && kind != 'k')) {
+		e->state = S_IGNORED;
+		problem(e, "API version '%s' is not u<major>.<minor>: the registry skips this line",
+			e->f[1]);
+		remedy(e, "write u2.0");
+		return false;
+	}
+	if (kind == 'k') {
+		e->state = S_IGNORED;
+		problem(e, "API version '%s' is a kernel (kDAPL) entry, which uDAPL programs "
+			"never see", e->f[1]);
+		remedy(e, "write u2.0");
+		return false;
+	}
+	if (maj != DAT_VERSION_MAJOR || min != DAT_VERSION_MINOR) {
+		problem(e, "DAT version %u.%u: DAT programs ask the registry for %d.%d", maj, min,
+			DAT_VERSION_MAJOR, DAT_VERSION_MINOR);
+		remedy(e, "write u2.0");
+		return false;
+	}
+	if (strcmp(e->f[2], "threadsafe") == 0) {
+		problem(e, "'threadsafe': libdat2 looks every IA up as nonthreadsafe, so no "
+			"dat_ia_open finds it");
+		remedy(e, "write nonthreadsafe (only a lookup key: dapl-ofi is thread-safe "
+		       "either way)");
+		return false;
+	}
+	if (strcmp(e->f[2], "nonthreadsafe") != 0) {
+		e->state = S_IGNORED;
+		problem(e, "thread safety '%s' is neither nonthreadsafe nor threadsafe: the "
+			"registry skips this line", e->f[2]);
+		remedy(e, "write nonthreadsafe");
+		return false;
+	}
+	if (strcmp(e->f[3], "nondefault") == 0) {
+		e->state = S_IGNORED;
+		problem(e, "'nondefault': the registry never registers such an entry");
+		remedy(e, "write default");
+		return false;
+	}
+	if (strcmp(e->f[3], "default") != 0) {
+		e->state = S_IGNORED;
+		problem(e, "'%s' is neither default nor nondefault: the registry skips this line",
+			e->f[3]);
+		remedy(e, "write default");
+		return false;
+	}
+	if (sscanf(e->f[5], "%*[^.].%u.%u%c", &maj, &min, &c) != 2) {
+		e->state = S_IGNORED;
+		problem(e, "provider version '%s' is not <name>.<major>.<minor>: the registry "
+			"skips this line", e->f[5]);
+		remedy(e, "write dapl.2.0");
+		return false;
+	}
+	return true;
+}
+
+/* Does the library load as the registry loads it (RTLD_NOW|RTLD_GLOBAL)? */
+static bool check_library(struct entry *e)
+{
+	const char *lib = e->f[4];
+	void *h = dlopen(lib, RTLD_NOW | RTLD_GLOBAL);
+	bool init;
+
+	if (!h) {
+		const char *err = dlerror();
+
+		problem(e, "library does not load: %s", err ? err : lib);
+		if (!e->ours)
+			remedy(e, "install that provider, or remove the entry");
+		else if (strchr(lib, '/'))
+			remedy(e, "correct the path: make builds build/libdaplofi.so.2, make "
+			       "install puts it in $PREFIX/lib (/usr/local/lib)");
+		else
+			remedy(e, "install dapl-ofi (make install) and run ldconfig, or give the "
+			       "library's absolute path");
+		return false;
+	}
+	init = dlsym(h, "dat_provider_init") != NULL;
+	dlclose(h);
+	if (!init) {
+		problem(e, "%s is not a DAT provider (no dat_provider_init)", lib);
+		remedy(e, "name libdaplofi.so.2 (or its path)");
+		return false;
+	}
+	return true;
+}
+
+/* What dapl-ofi's dat_ia_open does with the ia_params, step by step
+ * (dat/provider.c, dat/ia.c, fabric/fabric.c), without opening anything:
+ * fills the backend columns; false with reason and fix at the first step
+ * that fails. */
+static bool check_params(struct entry *e)
+{
+	struct dfi_config *c = &e->cfg;
+	const char *p = e->f[6];
+	struct sockaddr_in sa;
+	char err[384];
+	bool ok;
+	int r;
+
+	dfi_ia_params_parse(p, c);
+	switch (c->err) {
+	case DFI_CFG_OK:
+		break;
+	case DFI_CFG_TOO_LONG:
+		problem(e, "ia_params longer than 511 characters");
+		remedy(e, "shorten them");
+		break;
+	case DFI_CFG_PROVIDER:
+		problem(e, "ia_params \"%s\": '%s' is not a libfabric provider name", p, c->bad);
+		remedy(e, "start with the provider (here: %s), then the interface: \"tcp lo\"",
+		       providers);
+		break;
+	case DFI_CFG_ADDRESS:
+		problem(e, "ia_params \"%s\": address '%.40s...' too long", p, c->bad);
+		remedy(e, "name an interface, IPv4 address or host name (here: %s)", interfaces);
+		break;
+	case DFI_CFG_SHAPE:
+		problem(e, "ia_params \"%s\" name %s", p, c->prov_name[0] ?
+			"no interface, IPv4 address or host name" : "nothing");
+		remedy(e, "write \"<libfabric provider> <interface|IPv4 address|host name>\", "
+		       "for example \"tcp lo\"; interfaces here: %s", interfaces);
+		break;
+	case DFI_CFG_WORD:
+		problem(e, "ia_params \"%s\": unexpected word '%s'", p, c->bad);
+		remedy(e, "after the provider and the interface come only key=value options "
+		       "(mtu, rdma_read, domain)");
+		break;
+	case DFI_CFG_VALUE:
+		problem(e, "ia_params \"%s\": %s", p, c->error);
+		remedy(e, "%s", strcmp(c->bad, "mtu") == 0 ? "mtu=<bytes>, 256 or more" :
+		       strcmp(c->bad, "rdma_read") == 0 ? "rdma_read=0 or rdma_read=1" :
+		       "domain=<libfabric domain name> (fi_info -p <provider> lists them)");
+		break;
+	case DFI_CFG_KEY:
+		problem(e, "ia_params \"%s\": unknown option '%s'", p, c->bad);
+		remedy(e, "remove it; the options are mtu=<bytes>, rdma_read=0|1 and "
+		       "domain=<libfabric domain>");
+		break;
+	}
+	/* after a bad option, the provider and the address still fill the
+	 * columns; the first problem stays the one reported */
+	if (!c->prov_name[0] || !c->where[0])
+		return false;
+	ok = c->err == DFI_CFG_OK;
+	r = dfi_resolve_ipv4(c->where, &sa);
+	if (r) {
+		if (r == -EADDRNOTAVAIL)
+			snprintf(e->iface, sizeof(e->iface), "%s", c->where);
+		if (!ok)
+			return false;
+		if (r == -EADDRNOTAVAIL)
+			problem(e, "interface '%s' has no IPv4 address", c->where);
+		else
+			problem(e, "no interface, IPv4 address or host name '%s'", c->where);
+		remedy(e, "name one that exists in ia_params: %s", interfaces);
+		return false;
+	}
+	inet_ntop(AF_INET, &sa.sin_addr, e->addr, sizeof(e->addr));
+	iface_of(&sa, e->iface, sizeof(e->iface));
+	r = dfi_fabric_probe(c->prov_name, &sa, c->domain, &e->lim, err, sizeof(err));
+	e->have_lim = r == 0;
+	if (!ok || r == 0)
+		return ok;
+	if (r == -ENOENT) {
+		problem(e, "libfabric has no provider '%s'", c->prov_name);
+		remedy(e, "use one that offers FI_EP_MSG here: %s (fi_info -l lists every "
+		       "provider)", providers);
+		return false;
+	}
+	problem(e, "libfabric provider '%s' offers no FI_EP_MSG endpoint on %s%s%s",
+		c->prov_name, e->addr, c->domain[0] ? " in domain " : "", c->domain);
+	remedy(e, "use a provider that does (here: %s)%s", providers,
+	       c->domain[0] ? ", or drop domain=" : "");
+	if (r != -ENODEV)
+		snprintf(e->reason, sizeof(e->reason), "%s", err);
+	return false;
+}
+
+/* ----------------------------------------------------------- the opening */
+
+/* What the registry and the library print while an open runs (libdat2 on
+ * stdout, dapl-ofi's log on stderr) goes to a file, so that the table stays
+ * whole; the lines are shown with -v, and as the reason when nothing else
+ * explains a failure. */
+struct capture {
+	FILE *f;
+	int out, err;
+};
+
+static void capture_begin(struct capture *c)
+{
+	fflush(stdout);
+	fflush(stderr);
+	c->f = tmpfile();
+	c->out = c->f ? dup(1) : -1;
+	c->err = c->f ? dup(2) : -1;
+	if (c->out < 0 || c->err < 0)
+		return;
+	dup2(fileno(c->f), 1);
+	dup2(fileno(c->f), 2);
+}
+
+static void capture_end(struct capture *c, char *buf, size_t len)
+{
+	size_t n = 0;
+
+	fflush(stdout);
+	fflush(stderr);
+	if (c->out >= 0) {
+		dup2(c->out, 1);
+		close(c->out);
+	}
+	if (c->err >= 0) {
+		dup2(c->err, 2);
+		close(c->err);
+	}
+	if (c->f) {
+		rewind(c->f);
+		n = fread(buf, 1, len - 1, c->f);
+		fclose(c->f);
+	}
+	buf[n] = '\0';
+}
+
+static const char *or_dash(const char *s)
+{
+	return s && *s ? s : "-";
+}
+
+static const char *yes(DAT_BOOLEAN b)
+{
+	return b ? "yes" : "no";
+}
+
+/* -v: what dat_ia_query says of an open IA. */
+static void query(struct entry *e, DAT_IA_HANDLE ia)
+{
+	DAT_IA_ATTR a;
+	DAT_PROVIDER_ATTR p;
+	DAT_RETURN rc = dat_ia_query(ia, NULL, DAT_IA_ALL, &a, DAT_PROVIDER_FIELD_ALL, &p);
+	char addr[INET_ADDRSTRLEN] = "?";
+
+	if (rc != DAT_SUCCESS) {
+		const char *major = "", *minor = "";
+
+		dat_strerror(rc, &major, &minor);
+		detail(e, "    dat_ia_query failed: %s %s\n", major, minor);
+		return;
+	}
+	if (a.ia_address_ptr && a.ia_address_ptr->sa_family == AF_INET)
+		inet_ntop(AF_INET, &((struct sockaddr_in *)a.ia_address_ptr)->sin_addr,
+			  addr, sizeof(addr));
+	detail(e, "    IA          adapter '%s', vendor %s, address %s, provider version %u.%u "
+	       "(hardware), libfabric %u.%u (firmware)\n", a.adapter_name, a.vendor_name, addr,
+	       a.hardware_version_major, a.hardware_version_minor, a.firmware_version_major,
+	       a.firmware_version_minor);
+	detail(e, "                max_eps %d, max_dto_per_ep %d, max_evds %d, max_evd_qlen %d, "
+	       "max_iov_segments_per_dto %d\n", a.max_eps, a.max_dto_per_ep, a.max_evds,
+	       a.max_evd_qlen, a.max_iov_segments_per_dto);
+	detail(e, "                max_lmrs %d, max_lmr_block_size %llu, max_pzs %d, "
+	       "max_rmrs %d, max_srqs %d\n", a.max_lmrs, (unsigned long long)a.max_lmr_block_size,
+	       a.max_pzs, a.max_rmrs, a.max_srqs);
+	detail(e, "                max_message_size %llu, max_rdma_size %llu, max_rdma_read_in/out "
+	       "%d/%d, extension 0x%x version %d\n", (unsigned long long)a.max_message_size,
+	       (unsigned long long)a.max_rdma_size, a.max_rdma_read_in, a.max_rdma_read_out,
+	       (unsigned)a.extension_supported, a.extension_version);
+	detail(e, "    provider    %s %u.%u, DAT %u.%u, is_thread_safe %s, max private data %d, "
+	       "SRQ %s, buffer alignment %llu\n", p.provider_name, p.provider_version_major,
+	       p.provider_version_minor, p.dapl_version_major, p.dapl_version_minor,
+	       yes(p.is_thread_safe), p.max_private_data_size, yes(p.srq_supported),
+	       (unsigned long long)p.optimal_buffer_alignment);
+	for (int i = 0; i < p.num_provider_specific_attr; i++)
+		detail(e, "                %s = %s\n", p.provider_specific_attr[i].name,
+		       p.provider_specific_attr[i].value);
+}
+
+/* dat_ia_open through the registry, as a DAT program does, then close. */
+static DAT_RETURN try_open(struct entry *e, char *log, size_t loglen)
+{
+	DAT_EVD_HANDLE async = DAT_HANDLE_NULL;
+	DAT_IA_HANDLE ia;
+	struct capture cap;
+	DAT_RETURN rc;
+
+	capture_begin(&cap);
+	rc = dat_ia_open(e->f[0], 8, &async, &ia);
+	if (rc == DAT_SUCCESS) {
+		if (verbose)
+			query(e, ia);
+		dat_ia_close(ia, DAT_CLOSE_ABRUPT_FLAG);
+	}
+	capture_end(&cap, log, loglen);
+	return rc;
+}
+
+static void diagnose(struct entry *e, bool try, const struct entry *es, int n)
+{
+	char log[4096];
+	bool fields = check_fields(e);
+
+	for (int i = 0; i < n && fields; i++)
+		if (&es[i] != e && es[i].nf == NFIELDS && es[i].line < e->line &&
+		    strcmp(es[i].f[0], e->f[0]) == 0 && strcmp(es[i].f[3], "default") == 0) {
+			problem(e, "line %d has the same IA name: the registry opens the first "
+				"entry whose library loads", es[i].line);
+			remedy(e, "give each entry its own IA name");
+			fields = false;
+			e->state = S_IGNORED;
+		}
+	if (e->ours && e->nf == NFIELDS) {
+		/* the backend columns, even when the entry is broken elsewhere */
+		char reason[sizeof(e->reason)], fix[sizeof(e->fix)];
+
+		memcpy(reason, e->reason, sizeof(reason));
+		memcpy(fix, e->fix, sizeof(fix));
+		if (!check_params(e) && !fields) {
+			memcpy(e->reason, reason, sizeof(reason));
+			memcpy(e->fix, fix, sizeof(fix));
+		}
+	}
+	if (verbose && e->nf == NFIELDS) {
+		detail(e, "    dat.conf    line %d: %s %s %s %s %s %s \"%s\" \"%s\"\n", e->line,
+		       e->f[0], e->f[1], e->f[2], e->f[3], e->f[4], e->f[5], e->f[6], e->f[7]);
+		if (e->ours && e->cfg.prov_name[0]) {
+			char where[300] = "no interface";
+
+			if (e->cfg.where[0])
+				snprintf(where, sizeof(where), "'%s' -> %s%s%s", e->cfg.where,
+					 e->addr[0] ? e->addr : "(no IPv4 address)",
+					 e->addr[0] && e->iface[0] ? " on " : "",
+					 e->addr[0] ? e->iface : "");
+			detail(e, "    %-12sprovider %s, %s, mtu %u, rdma_read %d, domain %s\n",
+			       "ia_params", e->cfg.prov_name, where, e->cfg.mtu, e->cfg.rdma_read,
+			       e->cfg.domain[0] ? e->cfg.domain : "(any)");
+		}
+		if (e->have_lim)
+			detail(e, "    libfabric   %s %u.%u (libfabric %u.%u), FI_EP_MSG, fabric %s, "
+			       "domain %s, iov %zu, rma iov %zu, queues %zu/%zu, max_msg_size %llu, "
+			       "mr_key_size %zu\n", e->lim.prov_name, e->lim.prov_major,
+			       e->lim.prov_minor, e->lim.fi_major, e->lim.fi_minor,
+			       e->lim.fabric_name, e->lim.domain_name, e->lim.iov_limit,
+			       e->lim.rma_iov_limit, e->lim.tx_size, e->lim.rx_size,
+			       (unsigned long long)e->lim.max_msg_size, e->lim.mr_key_size);
+	}
+	if (!try || e->state == S_IGNORED)
+		return;	/* the registry does not know it: no open can reach it */
+	{
+		DAT_RETURN rc = try_open(e, log, sizeof(log));
+		const char *major = "", *minor = "";
+
+		for (char *l = log, *nl; verbose && *l; l = nl ? nl + 1 : l + strlen(l)) {
+			nl = strchr(l, '\n');
+			detail(e, "    %-12s%.*s\n", l == log ? "log" : "",
+			       nl ? (int)(nl - l) : (int)strlen(l), l);
+		}
+		if (rc == DAT_SUCCESS) {
+			e->state = S_OPENS;
+			e->reason[0] = e->fix[0] = '\0';
+			return;
+		}
+		e->state = S_FAILS;
+		dat_strerror(rc, &major, &minor);
+		/* in the registry's order: its fields, the library, then ours */
+		if (!fields || !check_library(e) || e->reason[0])
+			return;
+		/* nothing we check explains it: what the open printed, if anything */
+		if (log[0]) {
+			char *nl = strchr(log, '\n');
+
+			if (nl)
+				*nl = '\0';
+			problem(e, "%s%s%s: %.900s", major, *minor ? " " : "", minor, log);
+		} else {
+			problem(e, "%s%s%s", major, *minor ? " " : "", minor);
+		}
+		if (e->ours)
+			remedy(e, "run with DAPL_OFI_LOG_LEVEL=debug DAT_DBG_TYPE=0xffff (and -v) "
+			       "to see each step");
+		else
+			remedy(e, "an entry of %s, not of dapl-ofi: check the device its ia_params "
+			       "\"%s\" name, or remove the entry", e->f[4], e->f[6]);
+	}
+}
+
+/* ---------------------------------------------------------------- output */
+
+/* -v lines: a 16-column label, then text folded under it. */
+static void print_detail(char *d)
+{
+	for (char *nl; *d; d = nl + 1) {
+		nl = strchr(d, '\n');
+		if (!nl)
+			break;
+		*nl = '\0';
+		if (strlen(d) > 16) {
+			printf("%.16s", d);
+			fold(16, 16, d + 16);
+		} else {
+			printf("%s\n", d);
+		}
+	}
+}
+
+static void print_table(struct entry *es, int n, bool all)
+{
+	const char *head[] = { "IA", "result", "provider", "backend", "interface", "address",
+			       "fabric", "domain" };
+	int w[8];
+
+	for (int c = 0; c < 8; c++)
+		w[c] = (int)strlen(head[c]);
+	for (int i = 0; i < n; i++) {
+		struct entry *e = &es[i];
+		const char *col[8] = { e->f[0] ? e->f[0] : "?", state_names[e->state],
+				       e->cfg.prov_name, e->ours ? "msg" : "", e->iface,
+				       e->addr, e->lim.fabric_name, e->lim.domain_name };
+
+		if (!e->ours && !all)
+			continue;
+		for (int c = 0; c < 8; c++)
+			if ((int)strlen(or_dash(col[c])) > w[c])
+				w[c] = (int)strlen(or_dash(col[c]));
+	}
+	printf("%-*s  %-*s  %-*s  %-*s  %-*s  %-*s  %-*s  %s\n", w[0], head[0], w[1], head[1],
+	       w[2], head[2], w[3], head[3], w[4], head[4], w[5], head[5], w[6], head[6], head[7]);
+	for (int i = 0; i < n; i++) {
+		struct entry *e = &es[i];
+
+		if (!e->ours && !all)
+			continue;
+		printf("%-*s  %-*s  %-*s  %-*s  %-*s  %-*s  %-*s  %s\n",
+		       w[0], e->f[0] ? e->f[0] : "?", w[1], state_names[e->state],
+		       w[2], or_dash(e->cfg.prov_name), w[3], e->ours ? "msg" : "-",
+		       w[4], or_dash(e->iface), w[5], or_dash(e->addr),
+		       w[6], or_dash(e->lim.fabric_name), or_dash(e->lim.domain_name));
+	}
+}
+
+static void print_problems(struct entry *es, int n, bool all)
+{
+	bool head = false;
+
+	for (int i = 0; i < n; i++) {
+		struct entry *e = &es[i];
+		char lead[300];
+
+		if ((!e->ours && !all) || !e->reason[0])
+			continue;
+		if (!head)
+			printf("\nWhy not, and the fix:\n");
+		head = true;
+		snprintf(lead, sizeof(lead), "  %s (line %d): ", e->f[0] ? e->f[0] : "?", e->line);
+		printf("%s", lead);
+		fold((int)strlen(lead), 6, e->reason);
+		printf("    fix: ");
+		fold(9, 9, e->fix);
+	}
+}
+
+/* Without -a: one line that says which entries belong to other providers. */
+static void print_others(struct entry *es, int n)
+{
+	char buf[2048];
+	size_t used = 0;
+	int others = 0;
+
+	for (int i = 0; i < n; i++) {
+		struct entry *e = &es[i];
+		int count = 0;
+		bool seen = false;
+
+		if (e->ours || e->nf < 5)
+			continue;
+		others++;
+		for (int j = 0; j < i; j++)
+			if (!es[j].ours && es[j].nf >= 5 && strcmp(es[j].f[4], e->f[4]) == 0)
+				seen = true;
+		if (seen)
+			continue;
+		for (int j = i; j < n; j++)
+			if (!es[j].ours && es[j].nf >= 5 && strcmp(es[j].f[4], e->f[4]) == 0)
+				count++;
+		if (used < sizeof(buf))
+			used += snprintf(buf + used, sizeof(buf) - used, "%s%s (%d)",
+					 used ? ", " : "", e->f[4], count);
+	}
+	if (!others)
+		return;
+	fold(printf("\n%d entr%s of other providers, not tried (-a tries them): ", others,
+		    others == 1 ? "y" : "ies") - 1, 2, buf);
+}
+
+/* ------------------------------------------------------------------ main */
+
+static int count_lines(const char *s)
+{
+	int n = 0;
+
+	for (; *s; s++)
+		n += *s == '\n';
 	return n;
 }
 
-static int print_ias(const char *conf, int try_open, int all)
+static int read_conf(const char *conf, struct entry **out, int *n)
 {
-	char line[2048];
 	FILE *f = fopen(conf, "r");
-	int bad = 0;
+	char *line = NULL;
+	size_t cap = 0;
+	int lineno = 0;
+	struct stat st;
 
+	*out = NULL;
+	*n = 0;
+	if (f && fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
+		fclose(f);
+		f = NULL;
+		errno = EISDIR;
+	}
 	if (!f) {
-		perror(conf);
+		fprintf(stderr, "daplofi-info: %s: %s\n", conf, strerror(errno));
+		return -1;
+	}
+	while (getline(&line, &cap, f) >= 0 && *n < MAX_ENTRIES) {
+		struct entry *e, *more;
+		char *text;
+		char *tok[NFIELDS];
+		int nt;
+
+		lineno++;
+		text = strdup(line);
+		if (!text)
+			break;
+		nt = tokenize(text, tok);
+		if (nt == 0) {
+			free(text);
+			continue;
+		}
+		more = realloc(*out, (size_t)(*n + 1) * sizeof(**out));
+		if (!more) {
+			free(text);
+			break;
+		}
+		*out = more;
+		e = &more[(*n)++];
+		memset(e, 0, sizeof(*e));
+		e->line = lineno;
+		e->text = text;
+		e->nf = nt;
+		memcpy(e->f, tok, sizeof(tok));
+		/* an entry cut short by an open quote still has its name */
+		if (nt < 0)
+			e->f[0] = strtok(strcpy(text, line), " \t\n");
+		e->ours = (nt >= 5 && is_ours(e->f[4])) ||
+			  (nt < 5 && strstr(line, "libdaplofi") != NULL);
+	}
+	if (*n == MAX_ENTRIES)
+		fprintf(stderr, "daplofi-info: %s: only the first %d entries are read\n", conf,
+			MAX_ENTRIES);
+	free(line);
+	fclose(f);
+	return 0;
+}
+
+/* libdat2 reads its dat.conf when it is loaded, before main(), and prints
+ * what it cannot parse on stdout then (and a file it cannot parse may crash
+ * it: an unclosed quote followed by more entries does in 2.1.10).  So the
+ * tool runs itself again in a child, with DAT_OVERRIDE naming the file and
+ * its stdout in a temporary file until main() takes the real one back
+ * (DAPLOFI_INFO_FDS): the registry's lines stay out of the table and show
+ * with -v; if the child dies, the parent goes on without opening anything
+ * (crashed: the signal).  Returns -1 to go on, else the exit status. */
+static int run_child(char **argv, const char *conf)
+{
+	const char *fds = getenv("DAPLOFI_INFO_FDS");
+	char buf[64];
+	int out, err, tmp, st;
+	pid_t pid;
+	FILE *f;
+
+	if (fds) {
+		size_t n;
+
+		if (sscanf(fds, "%d:%d:%d", &out, &err, &tmp) != 3)
+			return -1;
+		unsetenv("DAPLOFI_INFO_FDS");
+		fflush(stdout);
+		fflush(stderr);
+		dup2(out, 1);
+		dup2(err, 2);
+		close(out);
+		close(err);
+		f = fdopen(tmp, "r");
+		if (!f)
+			return -1;
+		rewind(f);
+		n = fread(registry_said, 1, sizeof(registry_said) - 1, f);
+		registry_said[n] = '\0';
+		fclose(f);
+		return -1;
+	}
+	if (conf && *conf)
+		setenv("DAT_OVERRIDE", conf, 1);
+	f = tmpfile();
+	fflush(stdout);
+	fflush(stderr);
+	out = dup(1);
+	err = dup(2);
+	if (!f || out < 0 || err < 0) {
+		perror("daplofi-info: a temporary file");
 		return 1;
 	}
-	printf("\nIAs in %s\n", conf);
-	while (fgets(line, sizeof(line), f)) {
-		char *t[8];
-		DAT_IA_HANDLE ia;
-		DAT_EVD_HANDLE async = DAT_HANDLE_NULL;
-		DAT_RETURN rc;
-		const char *major = "", *minor = "";
-
-		if (tokens(line, t, 8) < 7)
-			continue;
-		printf("  %-16s %-10s %s \"%s\"\n", t[0], t[3], t[4], t[6]);
-		if (!try_open || strcmp(t[3], "default") != 0)
-			continue;	/* the registry ignores nondefault entries */
-		if (!all && !strstr(t[4], "libdaplofi"))
-			continue;	/* another provider's entry: not ours to judge */
-		fflush(stdout);		/* our log lines, if any, follow on stderr */
-		rc = dat_ia_open(t[0], 8, &async, &ia);
-		if (rc == DAT_SUCCESS) {
-			printf("      opens\n");
-			dat_ia_close(ia, DAT_CLOSE_ABRUPT_FLAG);
-		} else {
-			dat_strerror(rc, &major, &minor);
-			printf("      does not open: %s %s\n", major, minor);
-			bad++;
-		}
-		fflush(stdout);
+	tmp = dup(fileno(f));	/* without O_CLOEXEC, unlike tmpfile's */
+	snprintf(buf, sizeof(buf), "%d:%d:%d", out, err, tmp);
+	pid = fork();
+	if (pid == 0) {
+		setenv("DAPLOFI_INFO_FDS", buf, 1);
+		dup2(tmp, 1);
+		dup2(tmp, 2);
+		execv("/proc/self/exe", argv);
+		dup2(err, 2);
+		perror("daplofi-info: running itself again (/proc/self/exe)");
+		_exit(1);
 	}
-	fclose(f);
-	return bad ? 2 : 0;
+	close(out);
+	close(err);
+	close(tmp);
+	if (pid < 0 || waitpid(pid, &st, 0) != pid) {
+		perror("daplofi-info: fork");
+		fclose(f);
+		return 1;
+	}
+	if (WIFEXITED(st)) {
+		fclose(f);
+		return WEXITSTATUS(st);
+	}
+	/* the child died: in the registry when it read the file, or later */
+	{
+		size_t n;
+
+		rewind(f);
+		n = fread(registry_said, 1, sizeof(registry_said) - 1, f);
+		registry_said[n] = '\0';
+		fclose(f);
+		crashed = WTERMSIG(st);
+		return -1;
+	}
+}
+
+static void usage(FILE *to, const char *argv0)
+{
+	fprintf(to, "usage: %s [-a] [-c] [-f dat.conf] [-q] [-v]\n"
+		"  -a  also try the entries of other providers\n"
+		"  -c  print only the configuration table\n"
+		"  -f  the dat.conf to read (default: $DAT_OVERRIDE, else /etc/dat.conf)\n"
+		"  -q  do not open the IAs\n"
+		"  -v  also the configuration table and every attribute of each entry\n",
+		argv0);
 }
 
 int main(int argc, char **argv)
 {
-	const char *conf = getenv("DAT_OVERRIDE");
-	int only_params = 0, try_open = 1, all = 0, c;
+	const char *conf = getenv("DAT_OVERRIDE"), *from = "DAT_OVERRIDE";
+	int only_params = 0, try = 1, all = 0, c, n, ours = 0, bad = 0;
+	struct entry *es;
 
-	while ((c = getopt(argc, argv, "acf:qh")) != -1) {
+	while ((c = getopt(argc, argv, "acf:qvh")) != -1) {
 		switch (c) {
 		case 'a': all = 1; break;
 		case 'c': only_params = 1; break;
-		case 'f': conf = optarg; break;
-		case 'q': try_open = 0; break;
-		default:
-			fprintf(stderr, "usage: %s [-a] [-c] [-f dat.conf] [-q]\n", argv[0]);
-			return c == 'h' ? 0 : 1;
+		case 'f': conf = optarg; from = "-f"; break;
+		case 'q': try = 0; break;
+		case 'v': verbose = true; break;
+		case 'h': usage(stdout, argv[0]); return 0;
+		default: usage(stderr, argv[0]); return 1;
 		}
 	}
-	/* libdat2 reads its dat.conf when it is loaded, before main(): to open
-	 * the IAs of another file, run again with DAT_OVERRIDE naming it. */
-	if (conf && *conf && (!getenv("DAT_OVERRIDE") ||
-			      strcmp(getenv("DAT_OVERRIDE"), conf) != 0)) {
-		setenv("DAT_OVERRIDE", conf, 1);
-		execv("/proc/self/exe", argv);
-		perror("daplofi-info: re-executing with DAT_OVERRIDE");
+	if (optind < argc) {
+		usage(stderr, argv[0]);
 		return 1;
 	}
-	print_params();
-	if (only_params)
+	c = run_child(argv, conf);
+	if (c >= 0)
+		return c;
+	if (crashed) {
+		char msg[512];
+
+		snprintf(msg, sizeof(msg), "killed by signal %d (%s) while the DAT registry read "
+			 "%s or opened its entries; so may be any DAT program that reads it.  What "
+			 "follows is found without the registry.%s", crashed, strsignal(crashed),
+			 conf && *conf ? conf : "/etc/dat.conf", registry_said[0] ?
+			 "  What it printed is at the end." : "");
+		printf("daplofi-info: ");
+		fold(14, 2, msg);
+		putchar('\n');
+		try = 0;
+		verbose = false;
+	}
+	if (only_params || verbose) {
+		print_params();
+		if (only_params)
+			return 0;
+		putchar('\n');
+	}
+	if (!conf || !*conf) {
+		conf = "/etc/dat.conf";
+		from = "DAT_OVERRIDE is not set";
+	}
+	if (read_conf(conf, &es, &n))
+		return 1;
+	list_interfaces();
+	dfi_fabric_providers(providers, sizeof(providers));
+	if (!providers[0])
+		snprintf(providers, sizeof(providers), "none");
+
+	{
+		char *abs = realpath(conf, NULL);
+
+		printf("dat.conf: %s (%s)\n", abs ? abs : conf, from);
+		free(abs);
+	}
+	print_env_line();
+	putchar('\n');
+	for (int i = 0; i < n; i++) {
+		struct entry *e = &es[i];
+
+		diagnose(e, try && (e->ours || all), es, n);
+		if (!e->ours)
+			continue;
+		ours++;
+		bad += e->state == S_FAILS || e->state == S_IGNORED;
+	}
+	if (ours || all)
+		print_table(es, n, all);
+	else
+		printf("No dapl-ofi entry (library libdaplofi.so.2) in %s.\n", conf);
+	print_problems(es, n, all);
+	if (!all)
+		print_others(es, n);
+	if (!ours) {
+		printf("\nTo add one: ");
+		fold(12, 4, "append a line such as 'ofi-lo u2.0 nonthreadsafe default "
+		     "libdaplofi.so.2 dapl.2.0 \"tcp lo\" \"\"' (make install writes one in "
+		     "$PREFIX/share/dapl-ofi/dat.conf), or set DAT_OVERRIDE to a file that has it.");
+	}
+	if (crashed)
+		printf("\nBefore it died, the child printed (at most %zu bytes):\n%s\n",
+		       sizeof(registry_said) - 1, registry_said);
+	else if (registry_said[0] && !verbose)
+		printf("\nThe registry printed %d line%s when it read the file (-v shows them).\n",
+		       count_lines(registry_said), count_lines(registry_said) == 1 ? "" : "s");
+	if (verbose && registry_said[0])
+		printf("\nThe registry (libdat2) printed when it read the file:\n%s", registry_said);
+	if (verbose) {
+		for (int i = 0; i < n; i++) {
+			struct entry *e = &es[i];
+
+			if ((!e->ours && !all) || !e->detail)
+				continue;
+			printf("\n%s  %s\n", e->f[0] ? e->f[0] : "?", state_names[e->state]);
+			print_detail(e->detail);
+		}
+	}
+	for (int i = 0; i < n; i++) {
+		free(es[i].text);
+		free(es[i].detail);
+	}
+	free(es);
+	if (crashed)
+		return 4;
+	if (!try)
 		return 0;
-	return print_ias(conf && *conf ? conf : "/etc/dat.conf", try_open, all);
+	return !ours ? 3 : bad ? 2 : 0;
 }

@@ -25,6 +25,7 @@
 #include "event/event.h"
 #include "fabric/fabric.h"
 #include "util/daterr.h"
+#include "util/ia_params.h"
 #include "util/log.h"
 
 struct dfi_fabric;
@@ -62,16 +63,6 @@ struct dfi_obj {
 	DAT_CONTEXT context;		/* dat_set/get_consumer_context */
 	struct dfi_ia *ia;
 	struct dfi_obj *prev, *next;	/* the IA's object list */
-};
-
-/* Parsed ia_params of one dat.conf entry. */
-struct dfi_config {
-	char prov_name[64];		/* libfabric provider */
-	char where[128];		/* netdev, IPv4 literal or host name */
-	char domain[64];		/* optional libfabric domain name */
-	unsigned mtu;			/* exported as DAT_IB_TRANSPORT_MTU */
-	bool rdma_read;			/* exported as DAT_IB_RDMA_READ */
-	char error[256];		/* non-empty: ia_params did not parse */
 };
 
 /* One per IA name the registry handed us (dat_provider_init). */

@@ -1,13 +1,10 @@
 /*
  * Registry integration: dat_provider_init / dat_provider_fini, one provider
- * table per IA name (dat-clients.md 1.3-1.5), and the ia_params parser:
- *   "<libfabric provider> <netdev | IPv4 address | host name> [key=value ...]"
- * keys: mtu=<bytes> (DAT_IB_TRANSPORT_MTU), rdma_read=0|1 (DAT_IB_RDMA_READ),
- *       domain=<libfabric domain name>.
+ * table per IA name (dat-clients.md 1.3-1.5); ia_params are parsed by
+ * src/util/ia_params.c, which daplofi-info shares.
  */
 #include "dfi.h"
 
-#include <ctype.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,86 +12,6 @@
 
 static pthread_mutex_t prov_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct dfi_provider *prov_list;
-
-static void cfg_error(struct dfi_config *c, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
-
-static void cfg_error(struct dfi_config *c, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (c->error[0])
-		return;		/* the first problem is the one to report */
-	va_start(ap, fmt);
-	vsnprintf(c->error, sizeof(c->error), fmt, ap);
-	va_end(ap);
-}
-
-static bool parse_uint(const char *s, unsigned long max, unsigned long *out)
-{
-	char *end;
-	unsigned long v;
-
-	if (!isdigit((unsigned char)*s))
-		return false;
-	v = strtoul(s, &end, 0);
-	if (*end || v > max)
-		return false;
-	*out = v;
-	return true;
-}
-
-static void parse_params(const char *params, struct dfi_config *c)
-{
-	char buf[512], *save = NULL, *tok;
-	int n = 0;
-
-	memset(c, 0, sizeof(*c));
-	c->mtu = 2048;
-	if (!params || strlen(params) >= sizeof(buf)) {
-		cfg_error(c, "ia_params missing or too long");
-		return;
-	}
-	strcpy(buf, params);
-	for (tok = strtok_r(buf, " \t", &save); tok; tok = strtok_r(NULL, " \t", &save), n++) {
-		char *eq = strchr(tok, '=');
-		unsigned long v;
-
-		if (n == 0) {
-			if (eq || strlen(tok) >= sizeof(c->prov_name))
-				cfg_error(c, "first word '%s' is not a libfabric provider name", tok);
-			else
-				strcpy(c->prov_name, tok);
-			continue;
-		}
-		if (n == 1 && !eq) {
-			if (strlen(tok) >= sizeof(c->where))
-				cfg_error(c, "address '%s' too long", tok);
-			else
-				strcpy(c->where, tok);
-			continue;
-		}
-		if (!eq) {
-			cfg_error(c, "unexpected word '%s' (options are key=value)", tok);
-			continue;
-		}
-		*eq = '\0';
-		if (strcmp(tok, "mtu") == 0 && parse_uint(eq + 1, 1u << 30, &v) && v >= 256)
-			c->mtu = (unsigned)v;
-		else if (strcmp(tok, "rdma_read") == 0 && parse_uint(eq + 1, 1, &v))
-			c->rdma_read = v != 0;
-		else if (strcmp(tok, "domain") == 0 && strlen(eq + 1) < sizeof(c->domain))
-			strcpy(c->domain, eq + 1);
-		else if (strcmp(tok, "mtu") == 0 || strcmp(tok, "rdma_read") == 0 ||
-			 strcmp(tok, "domain") == 0)
-			cfg_error(c, "bad value '%s' for %s", eq + 1, tok);
-		else
-			cfg_error(c, "unknown option '%s' (known: mtu, rdma_read, domain)", tok);
-	}
-	if (!c->prov_name[0] || !c->where[0])
-		cfg_error(c, "expected \"<libfabric provider> <netdev|IPv4 address|host name> "
-			  "[key=value ...]\", for example \"tcp lo\"");
-}
 
 /* dat_extension_op: the DAT_OFI_* ops of <dat2/dat_ofi_extensions.h>.  The
  * IB extension's ops (dtestx, dat_ib_open_query by IA name) are not ours. */
@@ -216,7 +133,7 @@ void dat_provider_init(const DAT_PROVIDER_INFO *info, const char *ia_params)
 	snprintf(p->ia_params, sizeof(p->ia_params), "%s", ia_params ? ia_params : "");
 	/* A malformed entry is still registered, so that dat_ia_open reaches
 	 * us and fails with a DAT error and a line that says why. */
-	parse_params(ia_params, &p->cfg);
+	dfi_ia_params_parse(ia_params, &p->cfg);
 	snprintf(p->mtu_str, sizeof(p->mtu_str), "%u", p->cfg.mtu);
 	fill_table(p);
 

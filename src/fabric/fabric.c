@@ -67,7 +67,8 @@ static struct fi_info *make_hints(const char *prov, const char *domain)
 	h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED |
 				  FI_MR_PROV_KEY;
 	h->domain_attr->threading = FI_THREAD_SAFE;
-	h->fabric_attr->prov_name = strdup(prov);
+	if (prov)
+		h->fabric_attr->prov_name = strdup(prov);
 	if (domain && *domain)
 		h->domain_attr->name = strdup(domain);
 	return h;
@@ -88,32 +89,33 @@ static bool provider_exists(const char *prov)
 	return found;
 }
 
-int dfi_fabric_open(const char *prov, const struct sockaddr_in *addr, const char *domain,
-		    struct dfi_fabric **out, char *err, size_t errlen)
+/* The fi_info dfi_fabric_open opens: provider prov bound to addr (and
+ * domain, if given), queues as deep as granted up to 1024.  Errors as
+ * dfi_fabric_open's, with the reason in err. */
+static int get_info(const char *prov, const struct sockaddr_in *addr, const char *domain,
+		    struct fi_info **out, char *err, size_t errlen)
 {
-	struct dfi_fabric *f;
-	struct fi_info *hints;
+	struct fi_info *hints = make_hints(prov, domain);
 	char node[INET_ADDRSTRLEN];
 	int rc;
 
-	f = calloc(1, sizeof(*f));
-	hints = make_hints(prov, domain);
-	if (!f || !hints) {
+	*out = NULL;
+	if (!hints) {
 		snprintf(err, errlen, "out of memory");
-		rc = -FI_ENOMEM;
-		goto err_hints;
+		return -FI_ENOMEM;
 	}
 	inet_ntop(AF_INET, &addr->sin_addr, node, sizeof(node));
 	/* Ask for deep queues; take what the provider grants otherwise. */
 	hints->tx_attr->size = 1024;
 	hints->rx_attr->size = 1024;
-	rc = fi_getinfo(DFI_FI_VERSION, node, NULL, FI_SOURCE, hints, &f->info);
+	rc = fi_getinfo(DFI_FI_VERSION, node, NULL, FI_SOURCE, hints, out);
 	if (rc == -FI_ENODATA) {
 		hints->tx_attr->size = 0;
 		hints->rx_attr->size = 0;
-		rc = fi_getinfo(DFI_FI_VERSION, node, NULL, FI_SOURCE, hints, &f->info);
+		rc = fi_getinfo(DFI_FI_VERSION, node, NULL, FI_SOURCE, hints, out);
 	}
 	if (rc) {
+		*out = NULL;
 		if (rc == -FI_ENODATA && !provider_exists(prov)) {
 			snprintf(err, errlen, "libfabric has no provider '%s' (fi_info -l "
 				 "lists them): fi_getinfo: %s", prov, fi_strerror(-rc));
@@ -125,8 +127,81 @@ int dfi_fabric_open(const char *prov, const struct sockaddr_in *addr, const char
 				 domain ? domain : "", fi_strerror(-rc));
 			rc = rc == -FI_ENODATA ? -ENODEV : rc;
 		}
-		goto err_info;
 	}
+	fi_freeinfo(hints);
+	return rc;
+}
+
+static void fill_limits(const struct fi_info *i, struct dfi_fabric_limits *l)
+{
+	l->iov_limit = i->tx_attr->iov_limit;
+	l->rma_iov_limit = i->tx_attr->rma_iov_limit;
+	l->tx_size = i->tx_attr->size;
+	l->rx_size = i->rx_attr->size;
+	l->max_msg_size = i->ep_attr->max_msg_size;
+	l->mr_key_size = i->domain_attr->mr_key_size;
+	l->inject_size = i->tx_attr->inject_size < DFI_INJECT_MAX ? i->tx_attr->inject_size :
+								      DFI_INJECT_MAX;
+	l->prov_major = FI_MAJOR(i->fabric_attr->prov_version);
+	l->prov_minor = FI_MINOR(i->fabric_attr->prov_version);
+	l->fi_major = FI_MAJOR(fi_version());
+	l->fi_minor = FI_MINOR(fi_version());
+	snprintf(l->prov_name, sizeof(l->prov_name), "%s", i->fabric_attr->prov_name);
+	snprintf(l->fabric_name, sizeof(l->fabric_name), "%s", i->fabric_attr->name);
+	snprintf(l->domain_name, sizeof(l->domain_name), "%s", i->domain_attr->name);
+}
+
+int dfi_fabric_probe(const char *prov, const struct sockaddr_in *addr, const char *domain,
+		     struct dfi_fabric_limits *lim, char *err, size_t errlen)
+{
+	struct fi_info *info;
+	int rc = get_info(prov, addr, domain, &info, err, errlen);
+
+	if (rc == 0)
+		fill_limits(info, lim);
+	fi_freeinfo(info);
+	return rc;
+}
+
+void dfi_fabric_providers(char *buf, size_t len)
+{
+	struct fi_info *hints = make_hints(NULL, NULL), *info = NULL, *i, *j;
+	size_t used = 0;
+
+	if (len)
+		buf[0] = '\0';
+	if (!hints || fi_getinfo(DFI_FI_VERSION, NULL, NULL, 0, hints, &info) != 0)
+		info = NULL;
+	for (i = info; i && used < len; i = i->next) {
+		const char *name = i->fabric_attr->prov_name;
+		int n;
+
+		for (j = info; j != i; j = j->next)	/* one fi_info per interface */
+			if (strcmp(j->fabric_attr->prov_name, name) == 0)
+				break;
+		if (j != i)
+			continue;
+		n = snprintf(buf + used, len - used, "%s%s", used ? ", " : "", name);
+		used += n > 0 ? (size_t)n : 0;
+	}
+	fi_freeinfo(info);
+	fi_freeinfo(hints);
+}
+
+int dfi_fabric_open(const char *prov, const struct sockaddr_in *addr, const char *domain,
+		    struct dfi_fabric **out, char *err, size_t errlen)
+{
+	struct dfi_fabric *f;
+	int rc;
+
+	f = calloc(1, sizeof(*f));
+	if (!f) {
+		snprintf(err, errlen, "out of memory");
+		return -FI_ENOMEM;
+	}
+	rc = get_info(prov, addr, domain, &f->info, err, errlen);
+	if (rc)
+		goto err_info;
 	/* Virtual-address RMA with provider keys, as DAT peers expect: tcp in
 	 * libfabric 1.17 returns mr_mode 0 (offsets) unless forced. */
 	f->info->domain_attr->mr_mode |= FI_MR_VIRT_ADDR | FI_MR_PROV_KEY;
@@ -142,25 +217,10 @@ int dfi_fabric_open(const char *prov, const struct sockaddr_in *addr, const char
 			 fi_strerror(-rc));
 		goto err_fabric;
 	}
-	f->lim.iov_limit = f->info->tx_attr->iov_limit;
-	f->lim.rma_iov_limit = f->info->tx_attr->rma_iov_limit;
-	f->lim.tx_size = f->info->tx_attr->size;
-	f->lim.rx_size = f->info->rx_attr->size;
-	f->lim.max_msg_size = f->info->ep_attr->max_msg_size;
-	f->lim.mr_key_size = f->info->domain_attr->mr_key_size;
-	f->lim.inject_size = f->info->tx_attr->inject_size < DFI_INJECT_MAX ?
-			     f->info->tx_attr->inject_size : DFI_INJECT_MAX;
-	f->lim.prov_major = FI_MAJOR(f->info->fabric_attr->prov_version);
-	f->lim.prov_minor = FI_MINOR(f->info->fabric_attr->prov_version);
-	f->lim.fi_major = FI_MAJOR(fi_version());
-	f->lim.fi_minor = FI_MINOR(fi_version());
-	snprintf(f->lim.prov_name, sizeof(f->lim.prov_name), "%s", f->info->fabric_attr->prov_name);
-	snprintf(f->lim.fabric_name, sizeof(f->lim.fabric_name), "%s", f->info->fabric_attr->name);
-	snprintf(f->lim.domain_name, sizeof(f->lim.domain_name), "%s", f->info->domain_attr->name);
+	fill_limits(f->info, &f->lim);
 	dfi_info(DFI_SS_FABRIC, "opened %s fabric %s domain %s: iov %zu, queues %zu/%zu",
 		 f->lim.prov_name, f->lim.fabric_name, f->lim.domain_name,
 		 f->lim.iov_limit, f->lim.tx_size, f->lim.rx_size);
-	fi_freeinfo(hints);
 	*out = f;
 	return 0;
 
@@ -168,8 +228,6 @@ err_fabric:
 	fi_close(&f->fabric->fid);
 err_info:
 	fi_freeinfo(f->info);
-err_hints:
-	fi_freeinfo(hints);
 	free(f);
 	return rc;
 }

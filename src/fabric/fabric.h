@@ -38,6 +38,13 @@ int dfi_resolve_ipv4(const char *where, struct sockaddr_in *out);
 int dfi_fabric_open(const char *prov, const struct sockaddr_in *addr, const char *domain,
 		    struct dfi_fabric **out, char *err, size_t errlen);
 void dfi_fabric_close(struct dfi_fabric *f);
+/* What dfi_fabric_open would open, found with the same fi_getinfo but not
+ * opened (daplofi-info): its names and limits in *lim, or the same errors. */
+int dfi_fabric_probe(const char *prov, const struct sockaddr_in *addr, const char *domain,
+		     struct dfi_fabric_limits *lim, char *err, size_t errlen);
+/* The libfabric providers that offer the endpoint dapl-ofi asks for
+ * (FI_EP_MSG, FI_MSG|FI_RMA) on some address, as "tcp, net, ...". */
+void dfi_fabric_providers(char *buf, size_t len);
 const struct dfi_fabric_limits *dfi_fabric_limits(const struct dfi_fabric *f);
 
 /* Access bits for dfi_mr_reg. */

@@ -1,0 +1,37 @@
+/* The ia_params of a dapl-ofi dat.conf entry:
+ *   "<libfabric provider> <netdev | IPv4 address | host name> [key=value ...]"
+ * keys: mtu=<bytes> (DAT_IB_TRANSPORT_MTU), rdma_read=0|1 (DAT_IB_RDMA_READ),
+ *       domain=<libfabric domain name>.
+ * One parser for the library (dat_provider_init) and daplofi-info. */
+#ifndef DFI_IA_PARAMS_H
+#define DFI_IA_PARAMS_H
+
+#include <stdbool.h>
+
+/* What is wrong with ia_params, so that a tool can say how to fix it. */
+enum dfi_cfg_err {
+	DFI_CFG_OK = 0,
+	DFI_CFG_TOO_LONG,	/* missing (NULL) or 512 characters or more */
+	DFI_CFG_PROVIDER,	/* bad: the first word, not a provider name */
+	DFI_CFG_ADDRESS,	/* bad: the address word, too long */
+	DFI_CFG_SHAPE,		/* no provider, or no address after it */
+	DFI_CFG_WORD,		/* bad: a third word that is not key=value */
+	DFI_CFG_VALUE,		/* bad: the key whose value is wrong */
+	DFI_CFG_KEY,		/* bad: an unknown key */
+};
+
+struct dfi_config {
+	char prov_name[64];		/* libfabric provider */
+	char where[128];		/* netdev, IPv4 literal or host name */
+	char domain[64];		/* optional libfabric domain name */
+	unsigned mtu;			/* exported as DAT_IB_TRANSPORT_MTU */
+	bool rdma_read;			/* exported as DAT_IB_RDMA_READ */
+	enum dfi_cfg_err err;		/* the first problem found */
+	char bad[128];			/* the word it is about, if any */
+	char error[256];		/* non-empty: ia_params did not parse */
+};
+
+/* Parse params into c (defaults first); c->error says why on failure. */
+void dfi_ia_params_parse(const char *params, struct dfi_config *c);
+
+#endif
