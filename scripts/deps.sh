@@ -1,9 +1,10 @@
 #!/bin/sh
 # Install the Debian 12 packages dapl-ofi needs to build and test, when
-# missing.  As root: apt-get installs them.  Otherwise: say which.
+# missing (cmake and patch: tests/apps/pscom.sh builds pscom).  As root:
+# apt-get installs them.  Otherwise: say which.
 set -e
 PKGS="make gcc clang pkg-config libdapl-dev dapl2-utils libfabric-dev libfabric-bin \
-libcmocka-dev spin valgrind iproute2 procps"
+libcmocka-dev spin valgrind iproute2 procps cmake patch"
 missing=""
 for p in $PKGS; do
 	dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed$' ||
