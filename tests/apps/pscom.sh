@@ -276,8 +276,10 @@ run_case() {
 		break
 	done
 	if [ "$ready" = 1 ]; then
+		# --foreground: the client stays in this script's process group,
+		# which tests/run.sh's timeout signals as a whole
 		# shellcheck disable=SC2086
-		timeout -s KILL "$LIMIT" "$@" -c "127.0.0.1:$port" --minsize="$min" \
+		timeout --foreground -s KILL "$LIMIT" "$@" -c "127.0.0.1:$port" --minsize="$min" \
 			--maxsize="$max" $cargs >"$cli" 2>&1 </dev/null
 		cli_rc=$?
 		[ "$cli_rc" = 137 ] && why+="client: killed after ${LIMIT}s (PSCOM_TIMEOUT)"$'\n'
