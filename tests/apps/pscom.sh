@@ -15,7 +15,8 @@
 #                     pscom is built in $B/apps/pscom
 #   DAPL_OFI_SHARED   where apps/pscom/ (tarball, dat2.patch, fixes.patch) is
 #                     (default: ../shared beside the repository); missing: the
-#                     test is skipped
+#                     test is skipped, or fails with DAPL_OFI_APPS_REQUIRED=1
+#                     (.ci/run sets it: CI has them)
 #   PSCOM_TIMEOUT     seconds each client may run (default: 60)
 #   PSCOM_PORTS       first and last TCP port for pscom_pp (default: "18700 18799")
 #
@@ -45,6 +46,10 @@ bail() { echo "Bail out! $*"; exit 2; }
 PLAN=20		# the build, then one line per run_case below
 if [ ! -d "$IN" ]; then
 	echo "1..1"
+	if [ "${DAPL_OFI_APPS_REQUIRED:-0}" = 1 ]; then
+		echo "not ok 1 pscom: no pscom sources in $IN (DAPL_OFI_SHARED), and DAPL_OFI_APPS_REQUIRED=1"
+		exit 1
+	fi
 	echo "ok 1 pscom # SKIP no pscom sources in $IN (set DAPL_OFI_SHARED)"
 	exit 0
 fi
