@@ -5,9 +5,10 @@
 #   tests/apps/pscom.sh            (from the repo root, after `make`)
 #
 # Eager messages are RDMA writes into a ring in the peer, which polls the
-# ring in memory (a passive RDMA target); messages at or above
-# PSP_DAPL_RENDEZVOUS are registered (dat_lmr_create) and pulled by the
-# receiver with an RDMA read.  Every case runs a pscom_pp server and client
+# ring's tail in memory and, while it finds nothing, dequeues its EVD
+# (psdapl_recvlook: so it drives the provider itself, unlike dtest -W);
+# messages at or above PSP_DAPL_RENDEZVOUS are registered (dat_lmr_create)
+# and pulled by the receiver with an RDMA read.  Every case runs a pscom_pp server and client
 # on 127.0.0.1 through the stock DAT registry ($B/dat.conf, libfabric tcp).
 #
 # Environment:
