@@ -160,8 +160,8 @@ fi
 # DAPL plugin under its own ping-pong, eager and rendezvous 0 B to 4 MiB
 # verified, provider selection and an IA that cannot open; pscom is built
 # in $B/apps/pscom from ../shared/apps/pscom (DAPL_OFI_SHARED) when its
-# inputs change, and the test is skipped where they are absent.  About a
-# minute (15 s more for a cold build).  The plain variant only.
+# inputs change, and the test is skipped where they are absent.  About
+# half a minute (5 to 15 s more for a cold build).  The plain variant only.
 if [ "$scope" = all ] && [ "$variant" = plain ] && [ -x tests/apps/pscom.sh ]; then
 	B=$B run apps_pscom 600 tests/apps/pscom.sh
 fi

@@ -18,7 +18,7 @@
 #                     (default: ../shared beside the repository); missing: the
 #                     test is skipped, or fails with DAPL_OFI_APPS_REQUIRED=1
 #                     (.ci/run sets it: CI has them)
-#   PSCOM_TIMEOUT     seconds each client may run (default: 60)
+#   PSCOM_TIMEOUT     seconds each client may run (default: 90)
 #   PSCOM_PORTS       first and last TCP port for pscom_pp (default: "18700 18799")
 #
 # Prints TAP: "ok 1 pscom build", then one line per case, each with the
@@ -36,7 +36,7 @@ REPO=$(cd "$HERE/../.." && pwd)
 B=${B:-build}
 SHARED=${DAPL_OFI_SHARED:-$REPO/../shared}
 IN=$SHARED/apps/pscom
-LIMIT=${PSCOM_TIMEOUT:-60}
+LIMIT=${PSCOM_TIMEOUT:-90}
 read -r PORT_LO PORT_HI <<<"${PSCOM_PORTS:-18700 18799}"
 READY_LIMIT=20		# seconds the server has to start listening
 GRACE=10		# seconds the server may outlive its client
@@ -345,27 +345,27 @@ MiB=1048576
 
 # Eager: RDMA writes into the peer's ring (16 KiB slots, 16376 B of payload
 # each), the default (no rendezvous threshold).
-run_case "pscom pp 0 B eager verify"              $E "$D" 0 0 "-V -n 500"
-run_case "pscom pp 1 B eager verify"              $E "$D" 1 1 "-V -n 500"
-run_case "pscom pp 4096 B eager verify"           $E "$D" 4096 4096 "-V -n 500"
-run_case "pscom pp 16376 B eager verify (one ring slot)"  $E "$D" 16376 16376 "-V -n 300"
-run_case "pscom pp 16377 B eager verify (two ring slots)" $E "$D" 16377 16377 "-V -n 300"
-run_case "pscom pp 65536 B eager verify"          $E "$D" 65536 65536 "-V -n 200"
-run_case "pscom pp 4194304 B eager verify"        $E "$D" $((4 * MiB)) $((4 * MiB)) "-V -n 8"
-run_case "pscom pp 0 B to 4194304 B eager verify (45 sizes)" $E "$D" 0 $((4 * MiB)) "-V -n 30 -t 30"
+run_case "pscom pp 0 B eager verify"              $E "$D" 0 0 "-V -n 200"
+run_case "pscom pp 1 B eager verify"              $E "$D" 1 1 "-V -n 200"
+run_case "pscom pp 4096 B eager verify"           $E "$D" 4096 4096 "-V -n 200"
+run_case "pscom pp 16376 B eager verify (one ring slot)"  $E "$D" 16376 16376 "-V -n 200"
+run_case "pscom pp 16377 B eager verify (two ring slots)" $E "$D" 16377 16377 "-V -n 200"
+run_case "pscom pp 65536 B eager verify"          $E "$D" 65536 65536 "-V -n 100"
+run_case "pscom pp 4194304 B eager verify"        $E "$D" $((4 * MiB)) $((4 * MiB)) "-V -n 3"
+run_case "pscom pp 0 B to 4194304 B eager verify (45 sizes)" $E "$D" 0 $((4 * MiB)) "-V -n 20 -t 20"
 # Rendezvous: the receiver reads the registered send buffer (RDMA read);
 # one buffer per run, so pscom's registration cache holds it (no fallback).
-run_case "pscom pp 1 B rendezvous verify (threshold 1)" $E,rdma "$D PSP_DAPL_RENDEZVOUS=1" 1 1 "-V -v -n 300"
-run_case "pscom pp 4096 B rendezvous verify"      $E,rdma "$R" 4096 4096 "-V -v -n 300"
-run_case "pscom pp 100001 B rendezvous verify (odd size)" $E,rdma "$R" 100001 100001 "-V -v -n 100"
-run_case "pscom pp 1048576 B rendezvous verify (page-aligned buffers)" $E,rdma "$R" $MiB $MiB "-V -v -n 20 --valloc"
-run_case "pscom pp 4194304 B rendezvous verify"   $E,rdma "$R" $((4 * MiB)) $((4 * MiB)) "-V -v -n 8"
+run_case "pscom pp 1 B rendezvous verify (threshold 1)" $E,rdma "$D PSP_DAPL_RENDEZVOUS=1" 1 1 "-V -v -n 100"
+run_case "pscom pp 4096 B rendezvous verify"      $E,rdma "$R" 4096 4096 "-V -v -n 100"
+run_case "pscom pp 100001 B rendezvous verify (odd size)" $E,rdma "$R" 100001 100001 "-V -v -n 50"
+run_case "pscom pp 1048576 B rendezvous verify (page-aligned buffers)" $E,rdma "$R" $MiB $MiB "-V -v -n 8 --valloc"
+run_case "pscom pp 4194304 B rendezvous verify"   $E,rdma "$R" $((4 * MiB)) $((4 * MiB)) "-V -v -n 3"
 # every size a new buffer: pscom never deregisters its send buffers
 # (pscom_io.c), so its cache fills and later sizes fall back to eager
-run_case "pscom pp 4096 B to 4194304 B rendezvous verify (21 sizes)" $E,rndv "$R" 4096 $((4 * MiB)) "-V -v -n 20 -t 30"
+run_case "pscom pp 4096 B to 4194304 B rendezvous verify (21 sizes)" $E,rndv "$R" 4096 $((4 * MiB)) "-V -v -n 10 -t 20"
 # The IA: by name, and by the registry's list (the first entry that opens).
 run_case "pscom provider by name: ofi-lo-rr" dapl,verify,prov=ofi-lo-rr \
-	"PSP_TCP=0 PSP_DAPL_PROVIDER=ofi-lo-rr" 64 65536 "-V -n 50 -t 30"
+	"PSP_TCP=0 PSP_DAPL_PROVIDER=ofi-lo-rr" 64 65536 "-V -n 30 -t 20"
 qconf=$W/dat-query.conf
 {
 	echo "# tests/apps/pscom.sh: an entry that cannot open first, then $DATCONF's"
@@ -373,7 +373,7 @@ qconf=$W/dat-query.conf
 	grep -E '^ofi-lo[[:space:]]' "$DATCONF"
 } >"$qconf"
 DATCONF=$qconf run_case "pscom provider by registry query: skips ofi-bad-if, opens ofi-lo" \
-	dapl,verify,badprov=ofi-bad-if,prov=ofi-lo "PSP_TCP=0" 64 64 "-V -n 500"
+	dapl,verify,badprov=ofi-bad-if,prov=ofi-lo "PSP_TCP=0" 64 64 "-V -n 200"
 rm -f "$qconf"
 # An IA that cannot open (ofi-bad-if: no such interface): with pscom's tcp
 # plugin allowed, the connection falls back to it; without, no plugin
@@ -382,12 +382,12 @@ rm -f "$qconf"
 # default timeout 0 waits forever in pscom_close_socket) while the server
 # keeps waiting for a client.
 run_case "pscom ofi-bad-if falls back to pscom's tcp plugin" tcp,verify,badprov=ofi-bad-if \
-	"PSP_TCP=1 PSP_DAPL_PROVIDER=ofi-bad-if" 64 64 "-V -n 500"
+	"PSP_TCP=1 PSP_DAPL_PROVIDER=ofi-bad-if" 64 64 "-V -n 200"
 run_case "pscom ofi-bad-if without fallback: every message fails, nothing hangs" \
 	noconn,badprov=ofi-bad-if "PSP_TCP=0 PSP_DAPL_PROVIDER=ofi-bad-if PSP_SHUTDOWN_TIMEOUT=2" \
 	0 4 "-V -n 3"
 # Control: pscom's own tcp plugin (the "via" checks tell the two apart).
-run_case "pscom pp control: pscom's tcp plugin" tcp,verify "PSP_DAPL=0 PSP_TCP=1" 0 65536 "-V -n 50 -t 30"
+run_case "pscom pp control: pscom's tcp plugin" tcp,verify "PSP_DAPL=0 PSP_TCP=1" 0 65536 "-V -n 30 -t 20"
 
 now_ms
 echo "# pscom: $((N - FAILED)) ok, $FAILED not ok, of $N, in $(secs "$T_ALL" "$NOW")s"
