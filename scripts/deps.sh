@@ -1,11 +1,12 @@
 #!/bin/sh
 # Install the Debian 12 packages dapl-ofi needs to build and test, when
-# missing.  As root: apt-get installs them.  Otherwise: say which.
+# missing (cmake and patch: tests/apps/pscom.sh builds pscom).  As root:
+# apt-get installs them.  Otherwise: say which.
 #   scripts/deps.sh [deb] [lint]
 # deb: also what `make deb` needs; lint: also lintian (tests/package/deb.sh).
 set -e
 PKGS="make gcc clang pkg-config libdapl-dev dapl2-utils libfabric-dev libfabric-bin \
-libcmocka-dev spin valgrind iproute2 procps"
+libcmocka-dev spin valgrind iproute2 procps cmake patch"
 for set in "$@"; do
 	case $set in
 	deb) PKGS="$PKGS build-essential debhelper dpkg-dev" ;;
