@@ -191,26 +191,33 @@ static int fill(struct dfi_evq *q)
 }
 
 /* Arm the source (try-wait) so that the next completion fires its fd.
- * Completions found on the way are pulled in.  Lock held. */
-static void arm_source(struct dfi_evq *q)
+ * Completions found on the way are pulled in (returns how many).  Lock
+ * held. */
+static int arm_source(struct dfi_evq *q)
 {
+	int pulled = 0;
+
 	/* Bounded: under a stream completions keep landing, and an unarmed
 	 * source's fd stays readable, so whoever watches it comes back. */
 	for (int tries = 0; tries < 4 && q->src && !q->src_armed && q->count < q->qlen; tries++) {
 		int rc = q->src->trywait(q->src_ctx);
 
+		int n;
+
 		if (rc == 0) {
 			q->src_armed = true;
-			return;
+			return pulled;
 		}
 		if (rc != -EAGAIN) {
 			dfi_warn(DFI_SS_EVD, "EVD %p: source try-wait failed: %s",
 				 (void *)q->handle, strerror(-rc));
-			return;
+			return pulled;
 		}
-		if (fill(q) == 0)
-			return;		/* pending but unreadable: the fd stays ready */
+		if ((n = fill(q)) == 0)
+			return pulled;	/* pending but unreadable: the fd stays ready */
+		pulled += n;
 	}
+	return pulled;
 }
 
 static void wake(struct dfi_evq *q)
@@ -323,7 +330,7 @@ int dfi_evq_post(struct dfi_evq *q, const DAT_EVENT *ev)
 
 /* The source's fd fired (flush false), or an EP feeding it is going away
  * and what it left in the source should enter the ring now (flush true). */
-static void source_notify(struct dfi_evq *q, bool run_upcalls, bool flush)
+static int source_notify(struct dfi_evq *q, bool run_upcalls, bool flush)
 {
 	struct dfi_cno *cno = NULL;
 	bool run = false;
@@ -335,7 +342,7 @@ static void source_notify(struct dfi_evq *q, bool run_upcalls, bool flush)
 	if (q->waiter) {
 		wake(q);		/* the waiter reads the source itself */
 		pthread_mutex_unlock(&q->lock);
-		return;
+		return 1;
 	}
 	n = fill(q);
 	if (flush && n == 0) {
@@ -343,14 +350,14 @@ static void source_notify(struct dfi_evq *q, bool run_upcalls, bool flush)
 		 * on libfabric 1.17 tcp walks every EP of the CQ, so freeing
 		 * N EPs must not cost N of them) */
 		pthread_mutex_unlock(&q->lock);
-		return;
+		return 0;
 	}
 	/* Re-arm before notifying (OFA's rule), CNO or not: the progress
 	 * context watches the fd, and a level-triggered wait object (libfabric
 	 * CQ signal fds) stays readable until the next try-wait.  An arm that
 	 * has not fired still holds: reading does not clear the signal. */
 	if (!q->src_armed)
-		arm_source(q);
+		n += arm_source(q);
 	if (up_active(q)) {
 		run = run_upcalls && q->up_fire && q->count > 0 &&
 		      (!q->up_running || q->up_policy == DAT_UPCALL_MANY);
@@ -364,21 +371,22 @@ static void source_notify(struct dfi_evq *q, bool run_upcalls, bool flush)
 	notify_cno(cno, q->handle);
 	if (run)
 		dfi_disp_run_here(q->disp, q);
+	return n;
 }
 
 void dfi_evq_source_notify(struct dfi_evq *q)
 {
-	source_notify(q, false, false);
+	(void)source_notify(q, false, false);
 }
 
 void dfi_evq_source_flush(struct dfi_evq *q)
 {
-	source_notify(q, false, true);
+	(void)source_notify(q, false, true);
 }
 
-void dfi_evq_source_notify_irq(struct dfi_evq *q)
+int dfi_evq_source_notify_irq(struct dfi_evq *q)
 {
-	source_notify(q, true, false);
+	return source_notify(q, true, false);
 }
 
 bool dfi_evq_consumer_drives(struct dfi_evq *q, bool active)
@@ -523,7 +531,7 @@ static DAT_RETURN wait_precheck(struct dfi_evq *q, DAT_COUNT threshold)
 DFI_HOT DAT_RETURN dfi_evq_wait(struct dfi_evq *q, DAT_TIMEOUT timeout, DAT_COUNT threshold,
 				DAT_EVENT *ev, DAT_COUNT *nmore)
 {
-	uint64_t deadline;
+	uint64_t deadline, poll_ns = 0;
 	DAT_RETURN rc;
 
 	if (!ev)
@@ -544,9 +552,9 @@ DFI_HOT DAT_RETURN dfi_evq_wait(struct dfi_evq *q, DAT_TIMEOUT timeout, DAT_COUN
 	count_call(q);
 
 	for (;;) {
-		int fds[2], r;
+		int fds[2], r, got;
 
-		fill_to(q, (uint32_t)threshold);
+		got = fill_to(q, (uint32_t)threshold);
 		if (q->count >= (uint32_t)threshold) {
 			rc = DAT_SUCCESS;
 			break;
@@ -573,10 +581,22 @@ DFI_HOT DAT_RETURN dfi_evq_wait(struct dfi_evq *q, DAT_TIMEOUT timeout, DAT_COUN
 		}
 		fds[0] = q->wake_fd;
 		fds[1] = q->src ? q->src->fd(q->src_ctx) : -1;
+		if (q->src && fds[1] < 0) {
+			/* a source with no fd to sleep on is polled: a short
+			 * sleep after it gave something, doubling while not */
+			poll_ns = got > 0 || !poll_ns ? DFI_EVQ_POLL_MIN_NS :
+				  poll_ns >= DFI_EVQ_POLL_MAX_NS / 2 ? DFI_EVQ_POLL_MAX_NS : 2 * poll_ns;
+		}
 		pthread_mutex_unlock(&q->lock);
-		r = dfi_sleep_fds(fds, 2, deadline);
+		if (q->src && fds[1] < 0) {
+			uint64_t at = dfi_now_ns() + poll_ns;
+
+			r = dfi_sleep_fds(fds, 1, at < deadline ? at : deadline);
+		} else {
+			r = dfi_sleep_fds(fds, 2, deadline);
+		}
 		pthread_mutex_lock(&q->lock);
-		if (q->src && q->src->slept)
+		if (q->src && q->src->slept && fds[1] >= 0)
 			q->src->slept(q->src_ctx);
 		if (r > 0 && (r & 1))
 			drain_wake(q);	/* not when only the source's fd woke us: a syscall */

@@ -30,6 +30,9 @@
  * in one libfabric call (dto.c checks DFI_CQ_BATCH against it): each call is
  * a progress pass. */
 #define DFI_EVQ_FILL_BATCH	64
+/* A waiter's sleeps on a source without an fd (source ops, fd). */
+#define DFI_EVQ_POLL_MIN_NS	(10 * UINT64_C(1000))
+#define DFI_EVQ_POLL_MAX_NS	(1000 * UINT64_C(1000))
 
 struct dfi_cno;
 struct dfi_disp;
@@ -44,8 +47,11 @@ struct dfi_evq_source_ops {
 	 * pending, read them; other -errno: failure. */
 	int (*trywait)(void *ctx);
 	/* Descriptor that becomes readable after a successful trywait when a
-	 * completion arrives (may also be readable spuriously).  -1: none.
-	 * Called before each sleep on it. */
+	 * completion arrives (may also be readable spuriously).  Called before
+	 * each sleep on it.  -1: none (a libfabric wait object that never
+	 * settles, progress.c): a waiter polls the source, sleeping
+	 * DFI_EVQ_POLL_MIN_NS after a read that gave something, doubling to
+	 * DFI_EVQ_POLL_MAX_NS while none does. */
 	int (*fd)(void *ctx);
 	/* Optional: the sleep that fd() was called for has ended. */
 	void (*slept)(void *ctx);
@@ -177,8 +183,11 @@ void dfi_evq_source_flush(struct dfi_evq *q);
 /* The same, from the provider's progress thread itself (its "interrupt"
  * context): upcalls due run here, a budgeted turn (dfi_disp_run_here),
  * instead of waking a dispatcher thread - one wake-up less from a
- * completion to its upcall.  The EVD must stay valid meanwhile. */
-void dfi_evq_source_notify_irq(struct dfi_evq *q);
+ * completion to its upcall.  The EVD must stay valid meanwhile.
+ * Returns the events it moved into the ring, or 1 if a waiter was woken
+ * to read them: 0 is a wake-up that found nothing (progress.c counts
+ * those, to tell a wait object that never settles). */
+int dfi_evq_source_notify_irq(struct dfi_evq *q);
 /* Whether the progress context must watch the source's fd for this EVD
  * (it has a CNO and is enabled; a waiter watches the fd itself). */
 bool dfi_evq_wants_notify(struct dfi_evq *q);
