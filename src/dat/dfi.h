@@ -117,6 +117,7 @@ struct dfi_ia {
 	bool progress_on;
 	uint64_t lease_ns;		/* DAPL_OFI_PROGRESS_LEASE_US, in ns */
 	int nparked;			/* DTO EVDs whose CQ is parked (IA lock) */
+	atomic_bool polling;		/* the wait fds never settle: polled (progress.c) */
 	unsigned batch;			/* odd while the thread handles events */
 	pthread_cond_t batch_done;
 	struct dfi_dto_pool *zombies;	/* pools of freed EPs with completions due */

@@ -296,6 +296,9 @@ DFI_HOT static int cq_fd(void *ctx)
 {
 	struct dfi_evd *evd = ctx;
 
+	/* an fd that never settles: the waiter polls instead (progress.c) */
+	if (atomic_load_explicit(&evd->hdr.ia->polling, memory_order_relaxed))
+		return -1;
 	return dfi_cq_sleep_fd(evd->cq);
 }
 
