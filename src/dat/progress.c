@@ -53,9 +53,9 @@
  * kernel's RT throttling.  FUTILE_WAKES batches in a row whose passes
  * found nothing and left an armed fd readable switch the IA to polling
  * for good (poll_step, go_polling): the fds leave the epoll set, the
- * thread passes over the EQ and its unparked CQs after a sleep of
- * POLL_MIN_NS doubling to POLL_MAX_NS while nothing moves, and runs at
- * SCHED_OTHER.
+ * thread passes over the EQ and its unparked CQs after a sleep of an
+ * eighth of the time since a step last moved something, 10 us to 1 ms
+ * (dfi_poll_sleep_ns), and runs at SCHED_OTHER.
  */
 #include "dfi.h"
 #include "fabric/fabric.h"
@@ -70,6 +70,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/prctl.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -78,8 +79,6 @@
 #define PARK_MIN_NS	(UINT64_C(1000000))	/* a waiter's or a full ring's, with L = 0 */
 #define LEASE_EQ_NS	(50 * UINT64_C(1000))	/* the EQ's first backoff, if it stays readable */
 #define FUTILE_WAKES	100	/* batches in a row that found an armed fd readable for nothing */
-#define POLL_MIN_NS	(10 * UINT64_C(1000))	/* polling: the sleep after a step that moved */
-#define POLL_MAX_NS	(1000 * UINT64_C(1000))	/* polling: the longest, while nothing moves */
 
 static int arm_cq(struct dfi_ia *ia, struct dfi_evd *evd, int op)
 {
@@ -319,7 +318,8 @@ static uint64_t park_cq(struct dfi_ia *ia, struct dfi_evd *evd, uint64_t now)
 	evd->park_step = backoff(evd->parked ? evd->park_step : 0, first);
 	if (!evd->parked) {
 		ia->nparked++;
-		epoll_ctl(ia->epfd, EPOLL_CTL_DEL, dfi_cq_fd(evd->cq), NULL);
+		if (!ia->polling)	/* else it is not in the set */
+			epoll_ctl(ia->epfd, EPOLL_CTL_DEL, dfi_cq_fd(evd->cq), NULL);
 		dfi_cq_watch(evd->cq, false);
 	} else if (evd->park_step >= 4 * first) {
 		/* parked a third time in a row: its consumer keeps at it, and
@@ -438,11 +438,12 @@ static void go_polling(struct dfi_ia *ia)
 		sp.sched_priority = 0;
 		pthread_setschedparam(pthread_self(), SCHED_OTHER, &sp);
 	}
+	prctl(PR_SET_TIMERSLACK, 1000ul, 0, 0, 0);	/* 10 us sleeps, not 60 */
 	dfi_warn(DFI_SS_FABRIC, "IA '%s': libfabric '%s' leaves its wait fds readable with "
 		 "nothing to read (%d wake-ups in a row): the progress thread polls instead, "
 		 "every %u us to %u ms, at SCHED_OTHER", ia->prov->info.ia_name,
 		 dfi_fabric_limits(ia->fab)->prov_name, FUTILE_WAKES,
-		 (unsigned)(POLL_MIN_NS / 1000), (unsigned)(POLL_MAX_NS / 1000000));
+		 (unsigned)(DFI_EVQ_POLL_MIN_NS / 1000), (unsigned)(DFI_EVQ_POLL_MAX_NS / 1000000));
 }
 
 /* A polling IA's step: the events its fds would have raised - the EQ's
@@ -486,7 +487,7 @@ static void *progress_main(void *arg)
 	uint64_t eq_at = 0, eq_step = 0;	/* the EQ's re-arm, and its backoff (ns) */
 	struct pull_seen eq_seen = { 0, 0, 0, 0 };	/* consumers' reads of the EQ */
 	int futile = 0;			/* batches in a row that found armed fds readable for nothing */
-	uint64_t poll_at = 0, poll_ns = 0;	/* polling: the next step, and the sleep before it */
+	uint64_t poll_at = 0, moved_at = 0;	/* polling: the next step; the last that moved */
 	int poll_cursor = 0;
 
 	if (dfi_param_int(DFI_P_PROGRESS_RT)) {
@@ -548,10 +549,8 @@ static void *progress_main(void *arg)
 
 			n = n < 0 ? 0 : n;
 			n += poll_step(ia, evs + n, 32 - n, !eq_at, &poll_cursor, &more);
-			poll_ns = more ? POLL_MIN_NS : backoff(poll_ns, POLL_MIN_NS);
-			if (poll_ns > POLL_MAX_NS)
-				poll_ns = POLL_MAX_NS;
-			poll_at = now + poll_ns;
+			poll_at = now + (more ? DFI_EVQ_POLL_MIN_NS :
+					 dfi_poll_sleep_ns(now - moved_at));
 			polled = true;
 		}
 		if (n <= 0)
@@ -689,7 +688,9 @@ static void *progress_main(void *arg)
 			 * as it lasts. */
 			pthread_mutex_lock(&ia->lock);
 			if (evd->cq) {
-				if (dfi_evq_consumer_drives(&evd->q, ia->lease_ns != 0)) {
+				/* (polling, the steps space the passes) */
+				if (!ia->polling &&
+				    dfi_evq_consumer_drives(&evd->q, ia->lease_ns != 0)) {
 					uint64_t end = dfi_now_ns();
 					bool seen = evd->calls_moved &&
 						    end - evd->calls_moved < LEASE_MAX_NS;
@@ -711,8 +712,8 @@ static void *progress_main(void *arg)
 			rearm_cqs(ia);
 		batch_mark(ia);
 		if (polled && moved) {
-			poll_ns = POLL_MIN_NS;
-			poll_at = now + poll_ns;
+			moved_at = now;
+			poll_at = now + DFI_EVQ_POLL_MIN_NS;
 		}
 		/* the wait objects that never settle (see the top) */
 		futile = moved ? 0 : futile + (idle > 0);

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 uint32_t dfi_evq_qlen_round(DAT_COUNT min_qlen)
@@ -531,7 +532,8 @@ static DAT_RETURN wait_precheck(struct dfi_evq *q, DAT_COUNT threshold)
 DFI_HOT DAT_RETURN dfi_evq_wait(struct dfi_evq *q, DAT_TIMEOUT timeout, DAT_COUNT threshold,
 				DAT_EVENT *ev, DAT_COUNT *nmore)
 {
-	uint64_t deadline, poll_ns = 0;
+	uint64_t deadline, found_at = 0;	/* polling: when the source last gave events */
+	long slack = -1;		/* the thread's timer slack, while it polls */
 	DAT_RETURN rc;
 
 	if (!ev)
@@ -582,14 +584,22 @@ DFI_HOT DAT_RETURN dfi_evq_wait(struct dfi_evq *q, DAT_TIMEOUT timeout, DAT_COUN
 		fds[0] = q->wake_fd;
 		fds[1] = q->src ? q->src->fd(q->src_ctx) : -1;
 		if (q->src && fds[1] < 0) {
-			/* a source with no fd to sleep on is polled: a short
-			 * sleep after it gave something, doubling while not */
-			poll_ns = got > 0 || !poll_ns ? DFI_EVQ_POLL_MIN_NS :
-				  poll_ns >= DFI_EVQ_POLL_MAX_NS / 2 ? DFI_EVQ_POLL_MAX_NS : 2 * poll_ns;
+			/* a source with no fd to sleep on is polled
+			 * (dfi_poll_sleep_ns); with the default 50 us timer
+			 * slack a 10 us sleep would take 60 */
+			if (slack < 0) {
+				slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
+				if (slack >= 0)
+					prctl(PR_SET_TIMERSLACK, 1000ul, 0, 0, 0);
+			}
 		}
 		pthread_mutex_unlock(&q->lock);
 		if (q->src && fds[1] < 0) {
-			uint64_t at = dfi_now_ns() + poll_ns;
+			uint64_t now = dfi_now_ns(), at;
+
+			if (got > 0 || !found_at)
+				found_at = now;
+			at = now + dfi_poll_sleep_ns(now - found_at);
 
 			r = dfi_sleep_fds(fds, 1, at < deadline ? at : deadline);
 		} else {
@@ -625,6 +635,8 @@ DFI_HOT DAT_RETURN dfi_evq_wait(struct dfi_evq *q, DAT_TIMEOUT timeout, DAT_COUN
 			break;
 		}
 	}
+	if (slack > 0)
+		prctl(PR_SET_TIMERSLACK, (unsigned long)slack, 0, 0, 0);
 	if (rc == DAT_SUCCESS)
 		ring_pop(q, ev);
 	/* Leave the source armed for the CNO once the waiter is gone (D9). */

@@ -30,9 +30,23 @@
  * in one libfabric call (dto.c checks DFI_CQ_BATCH against it): each call is
  * a progress pass. */
 #define DFI_EVQ_FILL_BATCH	64
-/* A waiter's sleeps on a source without an fd (source ops, fd). */
+/* The sleeps of a poll that stands in for a wait object (a source
+ * without an fd, below; the progress thread of an IA whose fds never
+ * settle): an eighth of the time since the poll last found something,
+ * from DFI_EVQ_POLL_MIN_NS to DFI_EVQ_POLL_MAX_NS.  Work that comes in
+ * pieces (a 64 KiB message read in over several passes) is not slowed
+ * by sleeps that doubled meanwhile; the added latency is at most an
+ * eighth of the quiet spell, and an idle poll wakes 1000 times a second. */
 #define DFI_EVQ_POLL_MIN_NS	(10 * UINT64_C(1000))
 #define DFI_EVQ_POLL_MAX_NS	(1000 * UINT64_C(1000))
+
+static inline uint64_t dfi_poll_sleep_ns(uint64_t since_found)
+{
+	uint64_t ns = since_found / 8;
+
+	return ns < DFI_EVQ_POLL_MIN_NS ? DFI_EVQ_POLL_MIN_NS :
+	       ns > DFI_EVQ_POLL_MAX_NS ? DFI_EVQ_POLL_MAX_NS : ns;
+}
 
 struct dfi_cno;
 struct dfi_disp;
@@ -49,9 +63,7 @@ struct dfi_evq_source_ops {
 	/* Descriptor that becomes readable after a successful trywait when a
 	 * completion arrives (may also be readable spuriously).  Called before
 	 * each sleep on it.  -1: none (a libfabric wait object that never
-	 * settles, progress.c): a waiter polls the source, sleeping
-	 * DFI_EVQ_POLL_MIN_NS after a read that gave something, doubling to
-	 * DFI_EVQ_POLL_MAX_NS while none does. */
+	 * settles, progress.c): a waiter polls the source (dfi_poll_sleep_ns). */
 	int (*fd)(void *ctx);
 	/* Optional: the sleep that fd() was called for has ended. */
 	void (*slept)(void *ctx);
