@@ -90,6 +90,15 @@ for t in "$B"/tests/test_*; do
 			continue
 		fi
 		[ "$scope" = unit ] && continue ;;
+	test_api_idle)
+		[ "$scope" = unit ] && continue
+		# libfabric 1.17 net leaks 24 bytes per CQ binding of an endpoint
+		# (xnet_ep_close never takes the EP off its CQs' lists, which
+		# fi_ep_bind allocated): no leak check where net EPs connect
+		if [ "$variant" = asan ]; then
+			ASAN_OPTIONS=$ASAN_OPTIONS:detect_leaks=0 run "$name" 300 "$t"
+			continue
+		fi ;;
 	test_api*) [ "$scope" = unit ] && continue ;;
 	esac
 	run "$name" 300 "$t"
@@ -165,6 +174,12 @@ fi
 # on a free port in 18600-18699); not in the valgrind variant's "stock" scope.
 if [ "$scope" = all ] && [ -x tests/examples.sh ]; then
 	B=$B run examples 300 tests/examples.sh
+fi
+# Passive RDMA targets across two processes (tests/passive.sh): data
+# placed by the progress thread alone, and no switch to polling on tcp
+# (about 5 s).
+if [ "$scope" = all ] && [ -x tests/passive.sh ]; then
+	B=$B run passive 180 tests/passive.sh
 fi
 # daplofi-info on the build tree's dat.conf (its broken entries) and on
 # dat.conf files of its own: reasons, fixes, exit statuses (about 10 s).

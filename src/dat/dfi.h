@@ -108,6 +108,7 @@ struct dfi_ia {
 	bool progress_on;
 	uint64_t lease_ns;		/* DAPL_OFI_PROGRESS_LEASE_US, in ns */
 	int nparked;			/* DTO EVDs whose CQ is parked (IA lock) */
+	atomic_bool polling;		/* the wait fds never settle: polled (progress.c) */
 	unsigned batch;			/* odd while the thread handles events */
 	pthread_cond_t batch_done;
 	struct dfi_dto_pool *zombies;	/* pools of freed EPs with completions due */
@@ -182,6 +183,12 @@ struct dfi_dto_pool {
 	_Atomic unsigned taken;		/* written by the taker only */
 	_Atomic unsigned released;
 	_Atomic unsigned read;
+	/* a request queue's barrier fence (dto.c): RDMA reads posted to
+	 * libfabric and not read from the CQ yet; requests held behind a
+	 * fence; a release of them is due (the post lock was busy) */
+	_Atomic int reads_out;
+	_Atomic int fence_held;
+	atomic_bool fence_due;
 	struct dfi_dto_pool *next_zombie;
 	/* in the same allocation as the counts: a completion touches both */
 	struct dfi_dto d[];
@@ -244,6 +251,9 @@ struct dfi_ep {
 	 * once they are posted or flushed */
 	struct dfi_early *early;		/* dfi_ep_early_take */
 	int n_early, early_cap;
+	/* requests held behind a barrier fence, in posting order (dto.c;
+	 * post_lock): the first is fenced, the rest may not overtake it */
+	struct dfi_held *held, **held_tail;
 	struct sockaddr_in remote;
 	DAT_CONN_QUAL remote_port;
 	uint8_t pdata[256];		/* private data of the last connection event */

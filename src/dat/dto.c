@@ -201,6 +201,22 @@ DFI_HOT static bool dto_reported(const struct dfi_dto *d, const struct dfi_comp 
 	return !d->suppress || c->err;
 }
 
+static void fence_kick(struct dfi_dto *d);
+static void fence_flush(struct dfi_ep *ep);
+
+/* A request's completion read from the CQ: a read's is one fewer ahead of
+ * the EP's fenced requests, and any may let held ones go (fence_release).
+ * Before dto_complete: d is valid until then. */
+DFI_HOT static inline void fence_done(struct dfi_dto *d)
+{
+	struct dfi_dto_pool *p = d->pool;
+
+	if (d->op == DAT_DTO_RDMA_READ)
+		atomic_fetch_sub_explicit(&p->reads_out, 1, memory_order_acq_rel);
+	if (atomic_load_explicit(&p->fence_held, memory_order_acquire))
+		fence_kick(d);
+}
+
 /* A fill of the EVD must cost one fi_cq_read: each is a progress pass. */
 _Static_assert(DFI_CQ_BATCH >= DFI_EVQ_FILL_BATCH, "a fill must take one CQ read");
 
@@ -230,6 +246,8 @@ DFI_HOT static int cq_read(void *ctx, DAT_EVENT *ev, int max)
 			report = dto_reported(d, &c[i]);
 			if (report)
 				dto_event(d, &c[i], &ev[out++]);
+			if (d->op != DAT_DTO_RECEIVE)
+				fence_done(d);
 			if (d->pool != run) {
 				dto_complete(run, idx, nidx, nrep);
 				run = d->pool;
@@ -275,6 +293,8 @@ DFI_HOT static int cq_read_one(void *ctx, DAT_EVENT *ev)
 		report = dto_reported(d, c);
 		if (report)
 			dto_event(d, c, ev);
+		if (d->op != DAT_DTO_RECEIVE)
+			fence_done(d);
 		idx = (int)(d - d->pool->d);
 		dto_complete(d->pool, &idx, 1, 0);	/* last: d may be gone after it */
 		if (report)
@@ -296,6 +316,9 @@ DFI_HOT static int cq_fd(void *ctx)
 {
 	struct dfi_evd *evd = ctx;
 
+	/* an fd that never settles: the waiter polls instead (progress.c) */
+	if (atomic_load_explicit(&evd->hdr.ia->polling, memory_order_relaxed))
+		return -1;
 	return dfi_cq_sleep_fd(evd->cq);
 }
 
@@ -404,6 +427,7 @@ void dfi_ep_flush_pending(struct dfi_ep *ep)
 	struct dfi_early *early;
 	int n;
 
+	fence_flush(ep);
 	pthread_mutex_lock(&ep->hdr.ia->cm_lock);
 	pthread_mutex_lock(&ep->post_lock);
 	early = dfi_ep_early_take(ep, &n);
@@ -424,6 +448,142 @@ void dfi_ep_flush_pending(struct dfi_ep *ep)
 }
 
 enum post_kind { POST_SEND, POST_RECV, POST_WRITE, POST_READ };
+
+/*
+ * DAT_COMPLETION_BARRIER_FENCE_FLAG: the request may not start before the
+ * EP's earlier RDMA reads have completed (DAT 2.0: the barrier fence
+ * applies to prior RDMA reads; a send that carries what a read fetched).
+ * libfabric's tcp and net 1.17 have no FI_FENCE (fi_getinfo with it gives
+ * ENODATA), so the provider holds the request: posted to libfabric once
+ * the EP's sendq counts no read outstanding (reads_out: posted to
+ * libfabric, completion not read from the CQ yet), and every later
+ * request of the EP is held behind it, so none overtakes it.  The reads'
+ * completions, read by whoever reads the CQ (the consumer or the progress
+ * thread), let the held requests go (fence_kick), and so does the next
+ * post; a fenced request with no read outstanding goes out at once.  Held
+ * requests of an EP whose connection ends are flushed by the next
+ * dat_ep_reset or dat_ep_free (dfi_ep_flush_pending).
+ */
+struct dfi_held {
+	struct dfi_held *next;
+	enum post_kind kind;
+	bool fenced;
+	int idx;			/* its descriptor in the sendq */
+	int n;
+	uint64_t raddr;
+	uint32_t rkey;
+	struct dfi_sge sg[DFI_MAX_SGE];
+};
+
+static int post_to_fabric(struct dfi_ep *ep, enum post_kind kind, const struct dfi_sge *sg,
+			  int n, uint64_t raddr, uint32_t rkey, struct dfi_dto *d)
+{
+	int rc;
+
+	switch (kind) {
+	case POST_SEND: return dfi_post_send(ep->fep, sg, n, d);
+	case POST_RECV: return dfi_post_recv(ep->fep, sg, n, d);
+	case POST_WRITE: return dfi_post_write(ep->fep, sg, n, raddr, rkey, d);
+	default:
+		/* counted before the post: its completion may be read first */
+		atomic_fetch_add_explicit(&ep->sendq->reads_out, 1, memory_order_acq_rel);
+		rc = dfi_post_read(ep->fep, sg, n, raddr, rkey, d);
+		if (rc)
+			atomic_fetch_sub_explicit(&ep->sendq->reads_out, 1, memory_order_acq_rel);
+		return rc;
+	}
+}
+
+/* post_lock held: hold a request behind the fence (or behind held ones). */
+static int fence_hold(struct dfi_ep *ep, enum post_kind kind, bool fenced, int idx,
+		      const struct dfi_sge *sg, int n, uint64_t raddr, uint32_t rkey)
+{
+	struct dfi_held *h = malloc(sizeof(*h));
+
+	if (!h)
+		return -ENOMEM;
+	*h = (struct dfi_held){ .kind = kind, .fenced = fenced, .idx = idx, .n = n,
+				.raddr = raddr, .rkey = rkey };
+	memcpy(h->sg, sg, (size_t)n * sizeof(*sg));
+	if (ep->held)
+		*ep->held_tail = h;
+	else
+		ep->held = h;
+	ep->held_tail = &h->next;
+	atomic_fetch_add_explicit(&ep->sendq->fence_held, 1, memory_order_release);
+	return 0;
+}
+
+/* post_lock held: post the held requests that may go, in order - up to a
+ * fenced one while reads are outstanding.  A full libfabric queue stops
+ * it until the next completion; an EP no longer connected keeps them for
+ * dfi_ep_flush_pending. */
+static void fence_release(struct dfi_ep *ep)
+{
+	atomic_store_explicit(&ep->sendq->fence_due, false, memory_order_relaxed);
+	while (ep->held && ep->fep && ep->state == DAT_EP_STATE_CONNECTED) {
+		struct dfi_held *h = ep->held;
+		int rc;
+
+		if (h->fenced &&
+		    atomic_load_explicit(&ep->sendq->reads_out, memory_order_acquire) > 0)
+			return;
+		rc = post_to_fabric(ep, h->kind, h->sg, h->n, h->raddr, h->rkey,
+				    &ep->sendq->d[h->idx]);
+		if (rc) {
+			if (rc != -EAGAIN)
+				dfi_warn(DFI_SS_EP, "EP %p: a request held by a fence: post "
+					 "failed: %s", (void *)ep, strerror(-rc));
+			return;
+		}
+		ep->held = h->next;
+		atomic_fetch_sub_explicit(&ep->sendq->fence_held, 1, memory_order_release);
+		free(h);
+	}
+}
+
+/* A completion of d's request queue while requests are held: release
+ * them now if the EP's post lock is free (this runs under the EVD lock,
+ * which comes after post_lock), else mark it due for the post that holds
+ * the lock (post, below). */
+static void fence_kick(struct dfi_dto *d)
+{
+	struct dfi_ep *ep = dfi_obj_get(d->ep, DFI_T_EP);
+
+	if (!ep || ep->sendq != d->pool)
+		return;		/* freed since (its held requests were flushed) */
+	atomic_store_explicit(&d->pool->fence_due, true, memory_order_seq_cst);
+	if (pthread_mutex_trylock(&ep->post_lock))
+		return;
+	fence_release(ep);
+	pthread_mutex_unlock(&ep->post_lock);
+}
+
+/* dat_ep_reset, dat_ep_free: the held requests complete flushed. */
+static void fence_flush(struct dfi_ep *ep)
+{
+	struct dfi_held *h;
+
+	pthread_mutex_lock(&ep->post_lock);
+	h = ep->held;
+	ep->held = NULL;
+	atomic_store_explicit(&ep->sendq->fence_held, 0, memory_order_release);
+	pthread_mutex_unlock(&ep->post_lock);
+	while (h) {
+		struct dfi_held *next = h->next;
+		struct dfi_dto *d = &ep->sendq->d[h->idx];
+		struct dfi_comp c = { .ctx = d, .err = ECANCELED };
+		DAT_EVENT ev;
+
+		if (ep->req_evd && dto_reported(d, &c)) {
+			dto_event(d, &c, &ev);
+			dfi_evq_post(&ep->req_evd->q, &ev);
+		}
+		dto_complete(ep->sendq, &h->idx, 1, 0);
+		free(h);
+		h = next;
+	}
+}
 
 /* What a post left to do once the EP's post lock is dropped: no lock is
  * held across an EVD post (a CNO's proxy agent is user code). */
@@ -523,6 +683,24 @@ POST_INLINE DAT_RETURN post_locked(struct dfi_ep *ep, DAT_COUNT nseg, DAT_LMR_TR
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_STATE, DAT_INVALID_STATE_EP_UNCONNECTED),
 				  "EP %p is not connected", (void *)ep);
 	}
+	if (kind != POST_RECV &&
+	    (ep->held || ((flags & DAT_COMPLETION_BARRIER_FENCE_FLAG) &&
+			  atomic_load_explicit(&pool->reads_out, memory_order_acquire) > 0))) {
+		bool fenced = flags & DAT_COMPLETION_BARRIER_FENCE_FLAG;
+
+		if (fence_hold(ep, kind, fenced, i, sg, n, remote ? remote->virtual_address : 0,
+			       remote ? remote->rmr_context : 0)) {
+			dto_put(pool, i);
+			return DFI_REJECT(DFI_ERR(DAT_INSUFFICIENT_RESOURCES,
+						  DAT_RESOURCE_MEMORY),
+					  "EP %p: no memory to hold a fenced request",
+					  (void *)ep);
+		}
+		/* the reads may all have completed meanwhile */
+		fence_release(ep);
+		after->posted = true;
+		return DAT_SUCCESS;
+	}
 	/* A suppressed send that fits goes out with no completion to read
 	 * (DAPL_OFI_INJECT): its slot is free at once.  One that cannot
 	 * (queue full) takes the ordinary way, which reports why. */
@@ -532,18 +710,8 @@ POST_INLINE DAT_RETURN post_locked(struct dfi_ep *ep, DAT_COUNT nseg, DAT_LMR_TR
 		after->posted = true;
 		return DAT_SUCCESS;
 	}
-	switch (kind) {
-	case POST_SEND: rc = dfi_post_send(ep->fep, sg, n, d); break;
-	case POST_RECV: rc = dfi_post_recv(ep->fep, sg, n, d); break;
-	case POST_WRITE:
-		rc = dfi_post_write(ep->fep, sg, n, remote->virtual_address,
-				    remote->rmr_context, d);
-		break;
-	default:
-		rc = dfi_post_read(ep->fep, sg, n, remote->virtual_address,
-				   remote->rmr_context, d);
-		break;
-	}
+	rc = post_to_fabric(ep, kind, sg, n, remote ? remote->virtual_address : 0,
+			    remote ? remote->rmr_context : 0, d);
 	if (rc) {
 		dto_put(pool, i);
 		if (rc == -EAGAIN)
@@ -573,6 +741,13 @@ POST_INLINE DAT_RETURN post(DAT_EP_HANDLE h, DAT_COUNT nseg, DAT_LMR_TRIPLET *io
 	pthread_mutex_lock(&ep->post_lock);
 	rc = post_locked(ep, nseg, iov, cookie, remote, flags, kind, &after);
 	pthread_mutex_unlock(&ep->post_lock);
+	if (kind != POST_RECV &&
+	    atomic_load_explicit(&ep->sendq->fence_due, memory_order_seq_cst)) {
+		/* a completion found post_lock busy (fence_kick) */
+		pthread_mutex_lock(&ep->post_lock);
+		fence_release(ep);
+		pthread_mutex_unlock(&ep->post_lock);
+	}
 	if (after.flushed)
 		dfi_evq_post(&after.evd->q, &after.ev);
 	else if (after.posted && after.evd)

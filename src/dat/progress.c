@@ -51,6 +51,16 @@
  * the tick, and at once when a buffer is posted (the kick fd).
  * The thread starts with the first listener or connect; an IA that only
  * uses the event core has none.
+ * A provider whose wait fds never settle (libfabric 1.17 net: fi_trywait
+ * returns 0 without clearing the fds' signals, so an armed fd is readable
+ * at once with nothing to read) would keep this thread spinning - 95 % of
+ * a CPU at SCHED_FIFO, its consumers starved for up to a second by the
+ * kernel's RT throttling.  FUTILE_WAKES batches in a row whose passes
+ * found nothing and left an armed fd readable switch the IA to polling
+ * for good (poll_step, go_polling): the fds leave the epoll set, the
+ * thread passes over the EQ and its unparked CQs after a sleep of an
+ * eighth of the time since a step last moved something, 10 us to 1 ms
+ * (dfi_poll_sleep_ns), and runs at SCHED_OTHER.
  */
 #include "dfi.h"
 #include "fabric/fabric.h"
@@ -61,9 +71,11 @@
 #include <time.h>
 
 #include <errno.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/prctl.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -73,12 +85,15 @@
 #define LEASE_EQ_NS	(50 * UINT64_C(1000))	/* the EQ's first backoff, if it stays readable */
 #define POLL_GAP_NS	(UINT64_C(2000))	/* a polling consumer calls at least this often */
 #define RATE_MIN_NS	(4 * POLL_GAP_NS)	/* the shortest window a rate is taken over */
+#define FUTILE_WAKES	100	/* batches in a row that found an armed fd readable for nothing */
 
 static int arm_cq(struct dfi_ia *ia, struct dfi_evd *evd, int op)
 {
 	struct epoll_event ev = { .events = EPOLLIN | EPOLLONESHOT, .data.ptr = evd };
 
 	dfi_cq_watch(evd->cq, true);	/* before the fd is brought up to date */
+	if (ia->polling)
+		return 0;		/* a step passes over it (poll_step) */
 	return epoll_ctl(ia->epfd, op, dfi_cq_fd(evd->cq), &ev) ? -errno : 0;
 }
 
@@ -100,6 +115,8 @@ static int arm_rcq(struct dfi_ia *ia, struct dfi_ep *ep, int op)
 	struct epoll_event ev = { .events = EPOLLIN | EPOLLONESHOT, .data.ptr = rcq_tag(ep) };
 
 	dfi_cq_watch(ep->rcq, true);
+	if (ia->polling)
+		return 0;		/* each step reads every watched one */
 	return epoll_ctl(ia->epfd, op, dfi_cq_fd(ep->rcq), &ev) ? -errno : 0;
 }
 
@@ -107,6 +124,8 @@ static int arm_eq(struct dfi_ia *ia, int op)
 {
 	struct epoll_event ev = { .events = EPOLLIN | EPOLLONESHOT, .data.ptr = NULL };
 
+	if (ia->polling)
+		return 0;
 	return epoll_ctl(ia->epfd, op, dfi_eq_fd(ia->eq), &ev) ? -errno : 0;
 }
 
@@ -339,7 +358,8 @@ static uint64_t park_cq(struct dfi_ia *ia, struct dfi_evd *evd, uint64_t now)
 	evd->park_step = backoff(evd->parked ? evd->park_step : 0, first);
 	if (!evd->parked) {
 		ia->nparked++;
-		epoll_ctl(ia->epfd, EPOLL_CTL_DEL, dfi_cq_fd(evd->cq), NULL);
+		if (!ia->polling)	/* else it is not in the set */
+			epoll_ctl(ia->epfd, EPOLL_CTL_DEL, dfi_cq_fd(evd->cq), NULL);
 		dfi_cq_watch(evd->cq, false);
 	} else if (evd->park_step >= 4 * first) {
 		/* parked a third time in a row: its consumer keeps at it, and
@@ -424,6 +444,79 @@ static int wait_events(int epfd, struct epoll_event *evs, int max, uint64_t at, 
 	return epoll_wait(epfd, evs, max, (int)((left + 999999) / 1000000));
 }
 
+/* An fd readable right now (a pass found nothing behind it, and it was
+ * armed: a wait object that does not settle, unless data just came). */
+static bool readable(int fd)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+
+	return poll(&p, 1, 0) > 0;
+}
+
+/* The provider's wait fds never settle: take them out of the epoll set,
+ * poll from now on (poll_step), and never at real-time priority. */
+static void go_polling(struct dfi_ia *ia)
+{
+	struct sched_param sp = { .sched_priority = 0 };
+	int policy;
+
+	pthread_mutex_lock(&ia->lock);
+	ia->polling = true;
+	epoll_ctl(ia->epfd, EPOLL_CTL_DEL, dfi_eq_fd(ia->eq), NULL);
+	for (struct dfi_obj *o = ia->objs.next; o != &ia->objs; o = o->next) {
+		struct dfi_evd *evd = (struct dfi_evd *)o;
+		struct dfi_ep *ep = (struct dfi_ep *)o;
+
+		/* a parked one is out already, an unwatched one is closing */
+		if (o->type == DFI_T_EVD && evd->cq && !evd->unwatched && !evd->parked)
+			epoll_ctl(ia->epfd, EPOLL_CTL_DEL, dfi_cq_fd(evd->cq), NULL);
+		else if (o->type == DFI_T_EP && ep->rcq_watched)
+			epoll_ctl(ia->epfd, EPOLL_CTL_DEL, dfi_cq_fd(ep->rcq), NULL);
+	}
+	pthread_mutex_unlock(&ia->lock);
+	if (!pthread_getschedparam(pthread_self(), &policy, &sp) && policy != SCHED_OTHER) {
+		sp.sched_priority = 0;
+		pthread_setschedparam(pthread_self(), SCHED_OTHER, &sp);
+	}
+	prctl(PR_SET_TIMERSLACK, 1000ul, 0, 0, 0);	/* 10 us sleeps, not 60 */
+	dfi_warn(DFI_SS_FABRIC, "IA '%s': libfabric '%s' leaves its wait fds readable with "
+		 "nothing to read (%d wake-ups in a row): the progress thread polls instead, "
+		 "every %u us to %u ms, at SCHED_OTHER", ia->prov->info.ia_name,
+		 dfi_fabric_limits(ia->fab)->prov_name, FUTILE_WAKES,
+		 (unsigned)(DFI_EVQ_POLL_MIN_NS / 1000), (unsigned)(DFI_EVQ_POLL_MAX_NS / 1000000));
+}
+
+/* A polling IA's step: the events its fds would have raised - the EQ's
+ * (unless it waits out a backoff: eq_armed false) and every watched,
+ * unparked CQ's - into evs[0..max).  More CQs than fit are taken from
+ * *cursor on, the next step going on from there (*more set). */
+static int poll_step(struct dfi_ia *ia, struct epoll_event *evs, int max, bool eq_armed,
+		     int *cursor, bool *more)
+{
+	int n = 0, k = 0;
+
+	if (eq_armed && n < max)
+		evs[n++] = (struct epoll_event){ .events = EPOLLIN, .data.ptr = NULL };
+	*more = false;
+	pthread_mutex_lock(&ia->lock);
+	for (struct dfi_obj *o = ia->objs.prev; o != &ia->objs; o = o->prev) {
+		struct dfi_evd *evd = (struct dfi_evd *)o;
+
+		if (o->type != DFI_T_EVD || !evd->cq || evd->unwatched || evd->parked)
+			continue;
+		if (k++ < *cursor)
+			continue;
+		if (n == max) {
+			*more = true;
+			break;
+		}
+		evs[n++] = (struct epoll_event){ .events = EPOLLIN, .data.ptr = evd };
+	}
+	*cursor = *more ? k - 1 : 0;
+	pthread_mutex_unlock(&ia->lock);
+	return n;
+}
+
 static void *progress_main(void *arg)
 {
 	struct dfi_ia *ia = arg;
@@ -433,6 +526,9 @@ static void *progress_main(void *arg)
 	uint64_t quiet_at = 0;		/* no look at leases before (see the passes below) */
 	uint64_t eq_at = 0, eq_step = 0;	/* the EQ's re-arm, and its backoff (ns) */
 	struct pull_seen eq_seen = { 0, 0, 0, 0 };	/* consumers' reads of the EQ */
+	int futile = 0;			/* batches in a row that found armed fds readable for nothing */
+	uint64_t poll_at = 0, moved_at = 0;	/* polling: the next step; the last that moved */
+	int poll_cursor = 0;
 
 	if (dfi_param_int(DFI_P_PROGRESS_RT)) {
 		struct sched_param sp = { .sched_priority = 1 };
@@ -447,8 +543,8 @@ static void *progress_main(void *arg)
 		struct epoll_event evs[32];
 		unsigned gen, cgen;	/* rcq_gen and cq_gen before epoll_wait */
 		uint64_t now, wake_at, look_at;
-		int n;
-		bool rescan, stale;
+		int n, moved = 0, idle = 0;	/* passes that found work, and futile ones */
+		bool rescan, stale, polled = false;
 
 		pthread_mutex_lock(&ia->lock);
 		gen = ia->rcq_gen;
@@ -462,6 +558,8 @@ static void *progress_main(void *arg)
 			tick_at = now + TICK_MS * UINT64_C(1000000);
 		look_at = lease_at && lease_at < quiet_at ? quiet_at : lease_at;
 		wake_at = earliest(earliest(ticking ? tick_at : 0, look_at), eq_at);
+		if (ia->polling)
+			wake_at = earliest(wake_at, poll_at ? poll_at : now);
 		n = wait_events(ia->epfd, evs, 32, wake_at, now);
 		if (n < 0 && errno != EINTR) {
 			dfi_err(DFI_SS_FABRIC, "progress: epoll_wait: %m");
@@ -486,6 +584,15 @@ static void *progress_main(void *arg)
 				ticking = true;		/* a timed connect pends */
 			tick_at = 0;
 		}
+		if (ia->polling && now >= poll_at) {
+			bool more;
+
+			n = n < 0 ? 0 : n;
+			n += poll_step(ia, evs + n, 32 - n, !eq_at, &poll_cursor, &more);
+			poll_at = now + (more ? DFI_EVQ_POLL_MIN_NS :
+					 dfi_poll_sleep_ns(now - moved_at));
+			polled = true;
+		}
 		if (n <= 0)
 			continue;
 		/* Between the two marks an EVD's CQ is not closed under us
@@ -505,6 +612,7 @@ static void *progress_main(void *arg)
 			struct dfi_evd *evd = evs[i].data.ptr;
 			struct dfi_ep *ep = rcq_ep(evs[i].data.ptr);
 			bool park;
+			int got;
 
 			if (ep) {
 				rescan = rescan || rcq_gen(ia) != gen;
@@ -533,7 +641,7 @@ static void *progress_main(void *arg)
 				 * or reports what came meanwhile.  A wake-up with
 				 * no event is a step of a connection's set-up
 				 * inside libfabric. */
-				int r, rounds = 0;
+				int r, rounds = 0, handled = 0;
 
 				if (eq_leased(ia, now, &eq_seen)) {
 					/* a consumer polls for CM events and
@@ -551,13 +659,17 @@ static void *progress_main(void *arg)
 					continue;
 				}
 				do {
-					dfi_cm_handle(ia);
+					handled += dfi_cm_handle(ia);
 					r = dfi_eq_trywait(ia->eq);
 				} while (r == -EAGAIN && ++rounds < 4);
 				pthread_mutex_unlock(&ia->eq_lock);
+				if (handled)
+					moved++;
 				if (r == 0) {
 					eq_step = 0;
 					arm_eq(ia, EPOLL_CTL_MOD);
+					if (!handled && !ia->polling && readable(dfi_eq_fd(ia->eq)))
+						idle++;
 				} else {
 					/* still pending (a socket of the EQ's set
 					 * that stays readable, or a failing
@@ -589,7 +701,9 @@ static void *progress_main(void *arg)
 			pthread_mutex_unlock(&ia->lock);
 			if (park)
 				continue;
-			dfi_evq_source_notify_irq(&evd->q);
+			got = dfi_evq_source_notify_irq(&evd->q);
+			if (got)
+				moved++;
 			/* At most one pass per lease (unless a CNO or an
 			 * upcall relies on this thread: see the top).  A pass
 			 * inside a stream takes longer than a lease (libfabric
@@ -623,7 +737,9 @@ static void *progress_main(void *arg)
 				bool dense = evd->pass_end && now - evd->pass_end < end - now;
 
 				evd->pass_end = end;
-				if (dfi_evq_consumer_drives(&evd->q, ia->lease_ns &&
+				/* (polling, the steps space the passes) */
+				if (!ia->polling &&
+				    dfi_evq_consumer_drives(&evd->q, ia->lease_ns &&
 							    (evd->polls || dense))) {
 					bool seen = evd->calls_moved &&
 						    end - evd->calls_moved < LEASE_MAX_NS;
@@ -632,16 +748,31 @@ static void *progress_main(void *arg)
 					if (seen)
 						quiet_at = end + ia->lease_ns;
 				} else {
+					/* (a CQ readable again after a pass that
+					 * moved no event is no evidence: an RDMA
+					 * target's pass places data and reports
+					 * none, and a stream keeps the fd
+					 * readable; the EQ's futility decides) */
 					arm_cq(ia, evd, EPOLL_CTL_MOD);
 				}
 			}
 			pthread_mutex_unlock(&ia->lock);
 		}
-		if (rescan && poll_rcqs(ia, false))
+		if ((rescan || (polled && rcqs_watched(ia))) && poll_rcqs(ia, false))
 			ticking = true;
 		if (stale)
 			rearm_cqs(ia);
 		batch_mark(ia);
+		if (polled && moved) {
+			moved_at = now;
+			poll_at = now + DFI_EVQ_POLL_MIN_NS;
+		}
+		/* the wait objects that never settle (see the top) */
+		futile = moved ? 0 : futile + (idle > 0);
+		if (futile >= FUTILE_WAKES && !ia->polling) {
+			go_polling(ia);
+			poll_at = 0;
+		}
 	}
 	return NULL;
 }

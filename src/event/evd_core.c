@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 uint32_t dfi_evq_qlen_round(DAT_COUNT min_qlen)
@@ -191,26 +192,33 @@ static int fill(struct dfi_evq *q)
 }
 
 /* Arm the source (try-wait) so that the next completion fires its fd.
- * Completions found on the way are pulled in.  Lock held. */
-static void arm_source(struct dfi_evq *q)
+ * Completions found on the way are pulled in (returns how many).  Lock
+ * held. */
+static int arm_source(struct dfi_evq *q)
 {
+	int pulled = 0;
+
 	/* Bounded: under a stream completions keep landing, and an unarmed
 	 * source's fd stays readable, so whoever watches it comes back. */
 	for (int tries = 0; tries < 4 && q->src && !q->src_armed && q->count < q->qlen; tries++) {
 		int rc = q->src->trywait(q->src_ctx);
 
+		int n;
+
 		if (rc == 0) {
 			q->src_armed = true;
-			return;
+			return pulled;
 		}
 		if (rc != -EAGAIN) {
 			dfi_warn(DFI_SS_EVD, "EVD %p: source try-wait failed: %s",
 				 (void *)q->handle, strerror(-rc));
-			return;
+			return pulled;
 		}
-		if (fill(q) == 0)
-			return;		/* pending but unreadable: the fd stays ready */
+		if ((n = fill(q)) == 0)
+			return pulled;	/* pending but unreadable: the fd stays ready */
+		pulled += n;
 	}
+	return pulled;
 }
 
 static void wake(struct dfi_evq *q)
@@ -323,7 +331,7 @@ int dfi_evq_post(struct dfi_evq *q, const DAT_EVENT *ev)
 
 /* The source's fd fired (flush false), or an EP feeding it is going away
  * and what it left in the source should enter the ring now (flush true). */
-static void source_notify(struct dfi_evq *q, bool run_upcalls, bool flush)
+static int source_notify(struct dfi_evq *q, bool run_upcalls, bool flush)
 {
 	struct dfi_cno *cno = NULL;
 	bool run = false;
@@ -335,7 +343,7 @@ static void source_notify(struct dfi_evq *q, bool run_upcalls, bool flush)
 	if (q->waiter) {
 		wake(q);		/* the waiter reads the source itself */
 		pthread_mutex_unlock(&q->lock);
-		return;
+		return 1;
 	}
 	n = fill(q);
 	if (flush && n == 0) {
@@ -343,14 +351,14 @@ static void source_notify(struct dfi_evq *q, bool run_upcalls, bool flush)
 		 * on libfabric 1.17 tcp walks every EP of the CQ, so freeing
 		 * N EPs must not cost N of them) */
 		pthread_mutex_unlock(&q->lock);
-		return;
+		return 0;
 	}
 	/* Re-arm before notifying (OFA's rule), CNO or not: the progress
 	 * context watches the fd, and a level-triggered wait object (libfabric
 	 * CQ signal fds) stays readable until the next try-wait.  An arm that
 	 * has not fired still holds: reading does not clear the signal. */
 	if (!q->src_armed)
-		arm_source(q);
+		n += arm_source(q);
 	if (up_active(q)) {
 		run = run_upcalls && q->up_fire && q->count > 0 &&
 		      (!q->up_running || q->up_policy == DAT_UPCALL_MANY);
@@ -364,21 +372,22 @@ static void source_notify(struct dfi_evq *q, bool run_upcalls, bool flush)
 	notify_cno(cno, q->handle);
 	if (run)
 		dfi_disp_run_here(q->disp, q);
+	return n;
 }
 
 void dfi_evq_source_notify(struct dfi_evq *q)
 {
-	source_notify(q, false, false);
+	(void)source_notify(q, false, false);
 }
 
 void dfi_evq_source_flush(struct dfi_evq *q)
 {
-	source_notify(q, false, true);
+	(void)source_notify(q, false, true);
 }
 
-void dfi_evq_source_notify_irq(struct dfi_evq *q)
+int dfi_evq_source_notify_irq(struct dfi_evq *q)
 {
-	source_notify(q, true, false);
+	return source_notify(q, true, false);
 }
 
 bool dfi_evq_consumer_drives(struct dfi_evq *q, bool active)
@@ -523,7 +532,8 @@ static DAT_RETURN wait_precheck(struct dfi_evq *q, DAT_COUNT threshold)
 DFI_HOT DAT_RETURN dfi_evq_wait(struct dfi_evq *q, DAT_TIMEOUT timeout, DAT_COUNT threshold,
 				DAT_EVENT *ev, DAT_COUNT *nmore)
 {
-	uint64_t deadline;
+	uint64_t deadline, found_at = 0;	/* polling: when the source last gave events */
+	long slack = -1;		/* the thread's timer slack, while it polls */
 	DAT_RETURN rc;
 
 	if (!ev)
@@ -546,9 +556,9 @@ DFI_HOT DAT_RETURN dfi_evq_wait(struct dfi_evq *q, DAT_TIMEOUT timeout, DAT_COUN
 			      memory_order_relaxed);
 
 	for (;;) {
-		int fds[2], r;
+		int fds[2], r, got;
 
-		fill_to(q, (uint32_t)threshold);
+		got = fill_to(q, (uint32_t)threshold);
 		if (q->count >= (uint32_t)threshold) {
 			rc = DAT_SUCCESS;
 			break;
@@ -575,10 +585,30 @@ DFI_HOT DAT_RETURN dfi_evq_wait(struct dfi_evq *q, DAT_TIMEOUT timeout, DAT_COUN
 		}
 		fds[0] = q->wake_fd;
 		fds[1] = q->src ? q->src->fd(q->src_ctx) : -1;
+		if (q->src && fds[1] < 0) {
+			/* a source with no fd to sleep on is polled
+			 * (dfi_poll_sleep_ns); with the default 50 us timer
+			 * slack a 10 us sleep would take 60 */
+			if (slack < 0) {
+				slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
+				if (slack >= 0)
+					prctl(PR_SET_TIMERSLACK, 1000ul, 0, 0, 0);
+			}
+		}
 		pthread_mutex_unlock(&q->lock);
-		r = dfi_sleep_fds(fds, 2, deadline);
+		if (q->src && fds[1] < 0) {
+			uint64_t now = dfi_now_ns(), at;
+
+			if (got > 0 || !found_at)
+				found_at = now;
+			at = now + dfi_poll_sleep_ns(now - found_at);
+
+			r = dfi_sleep_fds(fds, 1, at < deadline ? at : deadline);
+		} else {
+			r = dfi_sleep_fds(fds, 2, deadline);
+		}
 		pthread_mutex_lock(&q->lock);
-		if (q->src && q->src->slept)
+		if (q->src && q->src->slept && fds[1] >= 0)
 			q->src->slept(q->src_ctx);
 		if (r > 0 && (r & 1))
 			drain_wake(q);	/* not when only the source's fd woke us: a syscall */
@@ -607,6 +637,8 @@ DFI_HOT DAT_RETURN dfi_evq_wait(struct dfi_evq *q, DAT_TIMEOUT timeout, DAT_COUN
 			break;
 		}
 	}
+	if (slack > 0)
+		prctl(PR_SET_TIMERSLACK, (unsigned long)slack, 0, 0, 0);
 	if (rc == DAT_SUCCESS)
 		ring_pop(q, ev);
 	/* Leave the source armed for the CNO once the waiter is gone (D9). */

@@ -30,6 +30,23 @@
  * in one libfabric call (dto.c checks DFI_CQ_BATCH against it): each call is
  * a progress pass. */
 #define DFI_EVQ_FILL_BATCH	64
+/* The sleeps of a poll that stands in for a wait object (a source
+ * without an fd, below; the progress thread of an IA whose fds never
+ * settle): an eighth of the time since the poll last found something,
+ * from DFI_EVQ_POLL_MIN_NS to DFI_EVQ_POLL_MAX_NS.  Work that comes in
+ * pieces (a 64 KiB message read in over several passes) is not slowed
+ * by sleeps that doubled meanwhile; the added latency is at most an
+ * eighth of the quiet spell, and an idle poll wakes 1000 times a second. */
+#define DFI_EVQ_POLL_MIN_NS	(10 * UINT64_C(1000))
+#define DFI_EVQ_POLL_MAX_NS	(1000 * UINT64_C(1000))
+
+static inline uint64_t dfi_poll_sleep_ns(uint64_t since_found)
+{
+	uint64_t ns = since_found / 8;
+
+	return ns < DFI_EVQ_POLL_MIN_NS ? DFI_EVQ_POLL_MIN_NS :
+	       ns > DFI_EVQ_POLL_MAX_NS ? DFI_EVQ_POLL_MAX_NS : ns;
+}
 
 struct dfi_cno;
 struct dfi_disp;
@@ -44,8 +61,9 @@ struct dfi_evq_source_ops {
 	 * pending, read them; other -errno: failure. */
 	int (*trywait)(void *ctx);
 	/* Descriptor that becomes readable after a successful trywait when a
-	 * completion arrives (may also be readable spuriously).  -1: none.
-	 * Called before each sleep on it. */
+	 * completion arrives (may also be readable spuriously).  Called before
+	 * each sleep on it.  -1: none (a libfabric wait object that never
+	 * settles, progress.c): a waiter polls the source (dfi_poll_sleep_ns). */
 	int (*fd)(void *ctx);
 	/* Optional: the sleep that fd() was called for has ended. */
 	void (*slept)(void *ctx);
@@ -178,8 +196,11 @@ void dfi_evq_source_flush(struct dfi_evq *q);
 /* The same, from the provider's progress thread itself (its "interrupt"
  * context): upcalls due run here, a budgeted turn (dfi_disp_run_here),
  * instead of waking a dispatcher thread - one wake-up less from a
- * completion to its upcall.  The EVD must stay valid meanwhile. */
-void dfi_evq_source_notify_irq(struct dfi_evq *q);
+ * completion to its upcall.  The EVD must stay valid meanwhile.
+ * Returns the events it moved into the ring, or 1 if a waiter was woken
+ * to read them: 0 is a wake-up that found nothing (progress.c counts
+ * those, to tell a wait object that never settles). */
+int dfi_evq_source_notify_irq(struct dfi_evq *q);
 /* Whether the progress context must watch the source's fd for this EVD
  * (it has a CNO and is enabled; a waiter watches the fd itself). */
 bool dfi_evq_wants_notify(struct dfi_evq *q);

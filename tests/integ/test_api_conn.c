@@ -1040,6 +1040,94 @@ static void test_rdma_write_then_send_ordering(void **state)
 	alarm(0);
 }
 
+/* DAT_COMPLETION_BARRIER_FENCE_FLAG: an RDMA read, then a fenced send of
+ * the bytes it fetched, then a plain send.  The fenced send does not start
+ * before the read completed: the server receives the read's bytes, not the
+ * zeros the buffer held at the post; the completions come in order, and
+ * the plain send does not overtake the held one.  (libfabric tcp has no
+ * FI_FENCE: the provider holds the fenced send, dto.c.) */
+static void test_barrier_fence_after_read(void **state)
+{
+	struct pair *p = *state;
+	static const size_t sizes[] = { 4096, 65536, 262144 };
+
+	watchdog(__func__, 60);
+	establish(p);
+	for (unsigned round = 0; round < sizeof(sizes) / sizeof(sizes[0]); round++) {
+		size_t len = sizes[round];
+		DAT_LMR_TRIPLET t = seg(&p->c, 0, len);
+		DAT_RMR_TRIPLET r = rseg(&p->s, 0, len);
+
+		fill(p->s.buf, len, 200 + round);
+		memset(p->s.buf + 524288, 0xee, len);
+		memset(p->c.buf, 0, len);
+		assert_ok(post_recv1(&p->s, 524288, len, 0x4100 + round));
+		assert_ok(post_recv1(&p->s, 900000, 64, 0x4200 + round));
+		assert_ok(dat_ep_post_rdma_read(p->c.ep, 1, &t, ck(0x4300 + round), &r,
+						DAT_COMPLETION_DEFAULT_FLAG));
+		assert_ok(post_send1(&p->c, 0, len, 0x4400 + round,
+				     DAT_COMPLETION_BARRIER_FENCE_FLAG));
+		memcpy(p->c.buf + 800000, &round, sizeof(round));
+		assert_ok(post_send1(&p->c, 800000, sizeof(round), 0x4500 + round,
+				     DAT_COMPLETION_DEFAULT_FLAG));
+		expect_dto(p->s.rcv, p->s.ep, 0x4100 + round, DAT_DTO_RECEIVE, DAT_DTO_SUCCESS,
+			   (DAT_SEG_LENGTH)len, 5000, "server receive of the fenced send");
+		if (memcmp(p->s.buf + 524288, p->s.buf, len) != 0)
+			fail_msg("round %u: a send posted with DAT_COMPLETION_BARRIER_FENCE_FLAG after "
+				 "a %zu-byte RDMA read into its buffer carried other bytes than the "
+				 "read fetched: it started before the read completed", round, len);
+		expect_dto(p->s.rcv, p->s.ep, 0x4200 + round, DAT_DTO_RECEIVE, DAT_DTO_SUCCESS,
+			   sizeof(round), 5000, "server receive of the plain send after it");
+		assert_memory_equal(p->s.buf + 900000, &round, sizeof(round));
+		expect_dto(p->c.req, p->c.ep, 0x4300 + round, DAT_DTO_RDMA_READ, DAT_DTO_SUCCESS,
+			   (DAT_SEG_LENGTH)len, 2000, "client RDMA read (first)");
+		expect_dto(p->c.req, p->c.ep, 0x4400 + round, DAT_DTO_SEND, DAT_DTO_SUCCESS,
+			   (DAT_SEG_LENGTH)len, 2000, "client fenced send (second)");
+		expect_dto(p->c.req, p->c.ep, 0x4500 + round, DAT_DTO_SEND, DAT_DTO_SUCCESS,
+			   sizeof(round), 2000, "client plain send (third)");
+	}
+	alarm(0);
+}
+
+/* A fenced request with no RDMA read outstanding goes out at once: the
+ * server receives it while the client calls nothing (a request held by
+ * mistake would wait for a completion that never comes), also behind an
+ * RDMA write (the fence is about reads only), and a fenced RDMA write
+ * lands. */
+static void test_barrier_fence_without_reads(void **state)
+{
+	struct pair *p = *state;
+	DAT_LMR_TRIPLET w = seg(&p->c, 4096, 4096);
+	DAT_RMR_TRIPLET r = rseg(&p->s, 4096, 4096);
+
+	watchdog(__func__, 60);
+	establish(p);
+	fill(p->c.buf, 8192, 77);
+	assert_ok(post_recv1(&p->s, 65536, 64, 0x4601));
+	assert_ok(post_send1(&p->c, 0, 64, 0x4602, DAT_COMPLETION_BARRIER_FENCE_FLAG));
+	expect_dto(p->s.rcv, p->s.ep, 0x4601, DAT_DTO_RECEIVE, DAT_DTO_SUCCESS, 64, 2000,
+		   "server receive of a fenced send with no read outstanding");
+	assert_memory_equal(p->s.buf + 65536, p->c.buf, 64);
+	assert_ok(post_recv1(&p->s, 65536, 64, 0x4603));
+	assert_ok(dat_ep_post_rdma_write(p->c.ep, 1, &w, ck(0x4604), &r,
+					 DAT_COMPLETION_DEFAULT_FLAG));
+	assert_ok(post_send1(&p->c, 64, 64, 0x4605, DAT_COMPLETION_BARRIER_FENCE_FLAG));
+	expect_dto(p->s.rcv, p->s.ep, 0x4603, DAT_DTO_RECEIVE, DAT_DTO_SUCCESS, 64, 2000,
+		   "server receive of a fenced send behind an RDMA write");
+	assert_memory_equal(p->s.buf + 4096, p->c.buf + 4096, 4096);
+	assert_ok(dat_ep_post_rdma_write(p->c.ep, 1, &w, ck(0x4606), &r,
+					 DAT_COMPLETION_BARRIER_FENCE_FLAG));
+	expect_dto(p->c.req, p->c.ep, 0x4602, DAT_DTO_SEND, DAT_DTO_SUCCESS, 64, 2000,
+		   "client fenced send");
+	expect_dto(p->c.req, p->c.ep, 0x4604, DAT_DTO_RDMA_WRITE, DAT_DTO_SUCCESS, 4096, 2000,
+		   "client RDMA write");
+	expect_dto(p->c.req, p->c.ep, 0x4605, DAT_DTO_SEND, DAT_DTO_SUCCESS, 64, 2000,
+		   "client fenced send behind the write");
+	expect_dto(p->c.req, p->c.ep, 0x4606, DAT_DTO_RDMA_WRITE, DAT_DTO_SUCCESS, 4096, 2000,
+		   "client fenced RDMA write");
+	alarm(0);
+}
+
 /* DAT_COMPLETION_SUPPRESS_FLAG: a successful send gives no event; the next
  * signalled one does, with its own cookie. */
 static void test_suppressed_send(void **state)
@@ -4041,6 +4129,8 @@ int main(int argc, char **argv)
 		TP(test_many_receives_before_connect),
 		TP(test_rdma_write_read),
 		TP(test_rdma_write_then_send_ordering),
+		TP(test_barrier_fence_after_read),
+		TP(test_barrier_fence_without_reads),
 		TP(test_suppressed_send),
 		TP(test_inject_suppressed_sends),
 		TP(test_read_ahead_reaches_every_consumer),
