@@ -333,12 +333,15 @@ DAT_RETURN dfi_ep_reset(DAT_EP_HANDLE h)
 				  "EP %p: reset needs an unconnected or disconnected EP", (void *)ep);
 	/* Back to a fresh EP: the old connection's endpoint goes (its posted
 	 * receives were flushed by the disconnect), early receives are
-	 * flushed to the receive EVD. */
+	 * flushed to the receive EVD, and a new endpoint is opened ahead as
+	 * for a new EP, so the next connect only connects (dapltest resets
+	 * and reconnects its EPs). */
 	dfi_ep_close_fep(ep);
 	dfi_ep_flush_pending(ep);
 	pthread_mutex_lock(&ep->hdr.ia->cm_lock);
 	dfi_ep_set_state(ep, DAT_EP_STATE_UNCONNECTED);
 	pthread_mutex_unlock(&ep->hdr.ia->cm_lock);
+	dfi_ep_preopen(ep);
 	return DAT_SUCCESS;
 }
 
