@@ -94,7 +94,7 @@ struct dfi_ia {
 	struct sockaddr_in addr;
 	pthread_mutex_t lock;
 	struct dfi_obj objs;		/* list head (sentinel) */
-	int n_pz, n_lmr, n_evd, n_cno, n_srq;
+	int n_pz, n_lmr, n_evd, n_cno, n_srq, n_rmr;
 	DAT_NAMED_ATTR prov_attr[4];
 	int n_prov_attr;
 
