@@ -920,6 +920,8 @@ static void handle_connreq(struct dfi_ia *ia, struct dfi_sp *sp, struct dfi_cm_e
 	cr->plen = (DAT_COUNT)e->plen;
 	memcpy(cr->pdata, e->pdata, e->plen);
 	dfi_connreq_peer(e->req, &cr->remote);
+	if (cr->ep)
+		cr->ep->remote = cr->remote;	/* dat_ep_query's, before the accept */
 	cr_event(ia, cr, p);
 }
 
@@ -1222,6 +1224,8 @@ DAT_RETURN dfi_cr_handoff(DAT_CR_HANDLE h, DAT_CONN_QUAL qual)
 				  "no memory for the handed-off CR");
 	}
 	cr2->remote = cr->remote;
+	if (cr2->ep)
+		cr2->ep->remote = cr->remote;
 	cr2->plen = cr->plen;
 	memcpy(cr2->pdata, cr->pdata, sizeof(cr2->pdata));
 	cr->req = NULL;			/* cr2's now */
