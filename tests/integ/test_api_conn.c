@@ -3779,6 +3779,9 @@ static void test_psp_provider_flag(void **state)
 	assert_null(epp.pz_handle);
 	assert_null(epp.connect_evd_handle);
 	assert_int_equal(epp.ep_attr.max_request_dtos, 16);	/* the IA's default */
+	assert_non_null(epp.remote_ia_address_ptr);		/* the requester */
+	assert_int_equal(ntohl(((const struct sockaddr_in *)epp.remote_ia_address_ptr)->
+			       sin_addr.s_addr), INADDR_LOOPBACK);
 	/* not before it has a PZ and EVDs; not on another EP */
 	assert_rc(dat_cr_accept(cr, DAT_HANDLE_NULL, 0, NULL),
 		  ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EP));
@@ -3849,6 +3852,44 @@ static void test_cr_handoff(void **state)
 	data_both_ways(p, p->s.ep, p->c.ep, 31);
 	disconnect_both(p, p->s.ep, p->c.ep);
 	assert_ok(dat_psp_free(psp2));
+	alarm(0);
+}
+
+/* A handoff between a consumer PSP and a DAT_PSP_PROVIDER_FLAG one: the
+ * EP made for the request goes with the CR it was made for, and the
+ * provider-flag PSP makes one for the handed-off request. */
+static void test_cr_handoff_provider_ep(void **state)
+{
+	struct pair *p = *state;
+	DAT_PSP_HANDLE ppsp;
+	DAT_CONN_QUAL pport = 0;
+	DAT_CR_HANDLE cr, cr2, cr3;
+	DAT_CR_PARAM crp;
+	DAT_EP_HANDLE pep;
+	DAT_EP_STATE st;
+
+	watchdog(__func__, 60);
+	assert_ok(dat_psp_create_any(p->s.ia, &pport, p->s.cr, DAT_PSP_PROVIDER_FLAG, &ppsp));
+	assert_ok(connect_to(p->c.ep, pport, NULL, 0));
+	cr = wait_cr(&p->s, ppsp, pport);
+	assert_ok(dat_cr_query(cr, DAT_CR_FIELD_ALL, &crp));
+	pep = crp.local_ep_handle;
+	assert_non_null(pep);
+	assert_ok(dat_cr_handoff(cr, p->port));		/* to the consumer PSP */
+	assert_err(dat_ep_get_status(pep, &st, NULL, NULL), DAT_INVALID_HANDLE);
+	cr2 = wait_cr(&p->s, p->psp, p->port);
+	memset(&crp, 0, sizeof(crp));
+	assert_ok(dat_cr_query(cr2, DAT_CR_FIELD_ALL, &crp));
+	assert_null(crp.local_ep_handle);
+	assert_ok(dat_cr_handoff(cr2, pport));		/* and back */
+	cr3 = wait_cr(&p->s, ppsp, pport);
+	assert_ok(dat_cr_query(cr3, DAT_CR_FIELD_ALL, &crp));
+	assert_non_null(crp.local_ep_handle);
+	assert_int_equal(ep_state(crp.local_ep_handle), DAT_EP_STATE_TENTATIVE_CONNECTION_PENDING);
+	assert_ok(dat_cr_reject(cr3, 0, NULL));
+	expect_conn(p->c.conn, DAT_CONNECTION_EVENT_PEER_REJECTED, p->c.ep, 2000, "client", NULL);
+	assert_err(dat_ep_get_status(crp.local_ep_handle, &st, NULL, NULL), DAT_INVALID_HANDLE);
+	assert_ok(dat_psp_free(ppsp));
 	alarm(0);
 }
 
@@ -4312,6 +4353,7 @@ int main(int argc, char **argv)
 		/* DAT 2.0 connection calls */
 		TP(test_psp_provider_flag),
 		TP(test_cr_handoff),
+		TP(test_cr_handoff_provider_ep),
 		TP(test_ep_dup_connect),
 		TP(test_csp_common_connect),
 		TP(test_ep_reset_preopens),
