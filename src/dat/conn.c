@@ -1,7 +1,8 @@
 /*
- * Connections: service points (PSP, RSP), connection requests, connect,
- * accept, reject, disconnect, and the translation of libfabric CM events
- * into DAT connection events (called by the progress thread).
+ * Connections: service points (PSP, RSP, CSP), connection requests,
+ * connect, accept, reject, handoff, disconnect, and the translation of
+ * libfabric CM events into DAT connection events (called by the progress
+ * thread).
  *
  * The connection qualifier's low 16 bits are the TCP port.  ia->cm_lock serializes CM
  * event handling with EP and service point teardown, so an event never
@@ -71,8 +72,8 @@ static DAT_RETURN sp_create(struct dfi_ia *ia, enum dfi_type type, DAT_CONN_QUAL
 	pthread_mutex_unlock(&ia->cm_lock);
 	*qual = sp->conn_qual;
 	*out = sp;
-	dfi_dbg(DFI_SS_CM, "%s %p listening on port %u", type == DFI_T_PSP ? "PSP" : "RSP",
-		(void *)sp, port);
+	dfi_dbg(DFI_SS_CM, "%s %p listening on port %u",
+		type == DFI_T_PSP ? "PSP" : type == DFI_T_RSP ? "RSP" : "CSP", (void *)sp, port);
 	return DAT_SUCCESS;
 }
 
@@ -90,11 +91,9 @@ static DAT_RETURN psp_common(DAT_IA_HANDLE h, DAT_CONN_QUAL *qual, DAT_EVD_HANDL
 	if (!(evd = dfi_evd_of(ia, evdh, DAT_EVD_CR_FLAG)))
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EVD_CR),
 				  "%p is not a CR EVD of this IA", (void *)evdh);
-	if (flags == DAT_PSP_PROVIDER_FLAG)
-		return DFI_REJECT(DFI_ERR(DAT_NOT_IMPLEMENTED, 0),
-				  "dat_psp_create is not implemented for DAT_PSP_PROVIDER_FLAG "
-				  "(provider-created EPs; ep_creator is DAT_PSP_CREATES_EP_NEVER)");
-	if (flags != DAT_PSP_CONSUMER_FLAG)
+	/* DAT_PSP_PROVIDER_FLAG: each request comes with an EP made for it
+	 * (handle_connreq) */
+	if (flags != DAT_PSP_CONSUMER_FLAG && flags != DAT_PSP_PROVIDER_FLAG)
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG4),
 				  "unknown PSP flags 0x%x", (unsigned)flags);
 	if (!out)
@@ -193,6 +192,19 @@ static struct dfi_sp *cr_done(struct dfi_cr *cr)
 	return sp;
 }
 
+/* The provider-created EP of a CR that will not be accepted, detached
+ * from it, for the caller to destroy once cm_lock is dropped; or NULL. */
+static struct dfi_ep *cr_drop_ep(struct dfi_cr *cr)
+{
+	struct dfi_ep *ep = cr->ep;
+
+	if (ep) {
+		ep->cr = NULL;
+		cr->ep = NULL;
+	}
+	return ep;
+}
+
 /* Retire a finished CR, and its SP if cr_done handed it back. */
 static void cr_retire(struct dfi_cr *cr, struct dfi_sp *gone)
 {
@@ -206,15 +218,19 @@ static void cr_retire(struct dfi_cr *cr, struct dfi_sp *gone)
 static void cr_refuse(struct dfi_cr *cr, const void *pdata, size_t plen)
 {
 	struct dfi_ia *ia = cr->hdr.ia;
+	struct dfi_ep *ep;
 	struct dfi_sp *gone;
 
 	pthread_mutex_lock(&ia->cm_lock);
 	if (cr->req)
 		dfi_pep_reject(cr->sp->pep, cr->req, pdata, plen);
 	cr->req = NULL;
+	ep = cr_drop_ep(cr);
 	gone = cr_done(cr);
 	pthread_mutex_unlock(&ia->cm_lock);
 	cr_retire(cr, gone);
+	if (ep)		/* the provider made it for this request: it goes too (OFA) */
+		dfi_ep_destroy(ep);
 }
 
 DAT_RETURN dfi_psp_free(DAT_PSP_HANDLE h)
@@ -318,7 +334,8 @@ DAT_RETURN dfi_cr_query(DAT_CR_HANDLE h, DAT_CR_PARAM_MASK mask, DAT_CR_PARAM *p
 	p->private_data_size = cr->plen;
 	p->private_data = cr->pdata;	/* writable: dtest edits it in place */
 	pthread_mutex_lock(&cr->hdr.ia->cm_lock);
-	p->local_ep_handle = cr->sp->ep;	/* NULL once an RSP is freed */
+	/* the provider-created EP, or the RSP's (NULL once an RSP is freed) */
+	p->local_ep_handle = cr->ep ? cr->ep : cr->sp->ep;
 	pthread_mutex_unlock(&cr->hdr.ia->cm_lock);
 	return DAT_SUCCESS;
 }
@@ -402,31 +419,48 @@ DAT_RETURN dfi_cr_accept(DAT_CR_HANDLE h, DAT_EP_HANDLE eph, DAT_COUNT plen,
 	struct dfi_cr *cr = dfi_obj_get(h, DFI_T_CR);
 	struct dfi_sp *gone = NULL;
 	struct dfi_fep *fep;
-	struct dfi_ep *ep;
+	struct dfi_ep *ep, *own;
 	struct dfi_ia *ia;
+	DAT_EP_STATE entry;
 	int rc;
 
 	if (!cr)
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_CR),
 				  "%p is not a CR handle", (void *)h);
 	ia = cr->hdr.ia;
-	if (eph) {
-		ep = dfi_obj_get(eph, DFI_T_EP);
-	} else {
-		pthread_mutex_lock(&ia->cm_lock);
-		ep = cr->sp->ep;
-		pthread_mutex_unlock(&ia->cm_lock);
-	}
+	pthread_mutex_lock(&ia->cm_lock);
+	own = cr->ep;
+	ep = eph ? dfi_obj_get(eph, DFI_T_EP) : own ? own : cr->sp->ep;
+	pthread_mutex_unlock(&ia->cm_lock);
+	/* as OFA uDAPL: a request that came with a provider-created EP is
+	 * accepted on that one */
+	if (eph && own)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EP),
+				  "CR %p came with the provider-created EP %p: accept it with "
+				  "DAT_HANDLE_NULL, not EP %p", (void *)cr, (void *)own, (void *)eph);
 	if (!ep || ep->hdr.ia != ia)
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EP),
 				  "%p is not an EP of this IA%s", (void *)eph,
-				  eph ? "" : " (and the CR did not come to a live RSP)");
+				  eph ? "" : " (and the CR did not come to a live RSP or with an EP)");
 	if (plen < 0 || plen > DFI_PDATA_MAX || (plen && !pdata))
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3),
 				  "private data size %d (max %d)", plen, DFI_PDATA_MAX);
 	cm_touch(ia);
 	pthread_mutex_lock(&ia->cm_lock);
-	if (ep->state != DAT_EP_STATE_UNCONNECTED && ep->state != DAT_EP_STATE_RESERVED) {
+	entry = ep->state;
+	if (ep->hdr.type != DFI_T_EP) {		/* freed meanwhile */
+		pthread_mutex_unlock(&ia->cm_lock);
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EP),
+				  "EP %p was freed", (void *)ep);
+	}
+	if (ep->cr == cr && (!ep->pz || !ep->conn_evd || (!ep->req_evd && !ep->recv_evd))) {
+		pthread_mutex_unlock(&ia->cm_lock);
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EP),
+				  "provider-created EP %p has no PZ, connection EVD or DTO EVD: "
+				  "give them with dat_ep_modify before dat_cr_accept", (void *)ep);
+	}
+	if (entry != DAT_EP_STATE_UNCONNECTED && entry != DAT_EP_STATE_RESERVED &&
+	    !(entry == DAT_EP_STATE_TENTATIVE_CONNECTION_PENDING && ep->cr == cr)) {
 		pthread_mutex_unlock(&ia->cm_lock);
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_STATE, DAT_INVALID_STATE_EP_NOTREADY),
 				  "EP %p cannot accept in state %d", (void *)ep, (int)ep->state);
@@ -438,18 +472,24 @@ DAT_RETURN dfi_cr_accept(DAT_CR_HANDLE h, DAT_EP_HANDLE eph, DAT_COUNT plen,
 	if (rc == 0) {
 		cr->req = NULL;		/* the endpoint owns it now */
 		ep->remote = cr->remote;
+		ep->remote_port = 0;	/* no service point of the peer's */
 		pthread_mutex_lock(&ep->post_lock);
 		rc = ep_post_early(ep, fep);
 		if (!rc)
 			rc = dfi_fep_accept(fep, pdata, (size_t)plen);
 		if (!rc)
 			ep->fep = fep;
-		ep->state = rc ? DAT_EP_STATE_UNCONNECTED : DAT_EP_STATE_PASSIVE_CONNECTION_PENDING;
+		ep->state = rc ? (entry == DAT_EP_STATE_RESERVED ? DAT_EP_STATE_UNCONNECTED : entry) :
+			DAT_EP_STATE_PASSIVE_CONNECTION_PENDING;
 		pthread_mutex_unlock(&ep->post_lock);
-		if (rc)
+		if (rc) {
 			dfi_fep_close(fep);
-		else
+		} else {
+			if (ep->cr == cr)	/* a provider-created EP is the consumer's now */
+				ep->cr = NULL;
+			cr->ep = NULL;
 			gone = cr_done(cr);
+		}
 	}
 	pthread_mutex_unlock(&ia->cm_lock);
 	if (rc)
@@ -474,36 +514,19 @@ DAT_RETURN dfi_cr_reject(DAT_CR_HANDLE h, DAT_COUNT plen, const DAT_PVOID pdata)
 
 /* ---------------------------------------------------- active side, teardown */
 
-DAT_RETURN dfi_ep_connect(DAT_EP_HANDLE h, DAT_IA_ADDRESS_PTR addr, DAT_CONN_QUAL qual,
-			  DAT_TIMEOUT timeout, DAT_COUNT plen, const DAT_PVOID pdata,
-			  DAT_QOS qos, DAT_CONNECT_FLAGS flags)
+/* The connect of dat_ep_connect and its DAT 2.0 variants, arguments
+ * checked: to dest, whose port is qual's low 16 bits. */
+static DAT_RETURN ep_connect_to(struct dfi_ep *ep, struct sockaddr_in dest, DAT_CONN_QUAL qual,
+				DAT_TIMEOUT timeout, DAT_COUNT plen, const void *pdata)
 {
-	struct dfi_ep *ep = dfi_obj_get(h, DFI_T_EP);
-	struct sockaddr_in dest;
 	struct dfi_fep *fep;
 	struct dfi_ia *ia;
 	bool timed, kick;
 	int rc;
 
-	(void)qos;
-	(void)flags;
-	if (!ep)
-		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EP),
-				  "%p is not an EP handle", (void *)h);
-	if (!addr || addr->sa_family != AF_INET)
-		return DFI_REJECT(DFI_ERR(DAT_INVALID_ADDRESS, DAT_INVALID_ADDRESS_UNSUPPORTED),
-				  "EP %p: only IPv4 (AF_INET) remote addresses", (void *)ep);
-	if ((qual & 0xffff) == 0)
-		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3),
-				  "connection qualifier %llu maps to TCP port 0",
-				  (unsigned long long)qual);
-	if (plen < 0 || plen > DFI_PDATA_MAX || (plen && !pdata))
-		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG5),
-				  "private data size %d (max %d)", plen, DFI_PDATA_MAX);
 	ia = ep->hdr.ia;
 	if (dfi_progress_start(ia))
 		return DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_MEMORY);
-	memcpy(&dest, addr, sizeof(dest));
 	dest.sin_port = htons((uint16_t)(qual & 0xffff));
 	cm_touch(ia);
 	pthread_mutex_lock(&ia->cm_lock);
@@ -516,6 +539,7 @@ DAT_RETURN dfi_ep_connect(DAT_EP_HANDLE h, DAT_IA_ADDRESS_PTR addr, DAT_CONN_QUA
 	rc = fep ? 0 : ep_open_fep(ep, NULL, &fep);
 	if (!rc) {
 		ep->remote = dest;
+		ep->remote_port = qual;
 		pthread_mutex_lock(&ep->post_lock);
 		rc = ep_post_early(ep, fep);
 		if (!rc)
@@ -546,6 +570,97 @@ DAT_RETURN dfi_ep_connect(DAT_EP_HANDLE h, DAT_IA_ADDRESS_PTR addr, DAT_CONN_QUA
 	if (kick)
 		dfi_progress_kick(ia);	/* it may be asleep with no tick */
 	return DAT_SUCCESS;
+}
+
+DAT_RETURN dfi_ep_connect(DAT_EP_HANDLE h, DAT_IA_ADDRESS_PTR addr, DAT_CONN_QUAL qual,
+			  DAT_TIMEOUT timeout, DAT_COUNT plen, const DAT_PVOID pdata,
+			  DAT_QOS qos, DAT_CONNECT_FLAGS flags)
+{
+	struct dfi_ep *ep = dfi_obj_get(h, DFI_T_EP);
+	struct sockaddr_in dest;
+
+	(void)qos;
+	(void)flags;
+	if (!ep)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EP),
+				  "%p is not an EP handle", (void *)h);
+	if (!addr || addr->sa_family != AF_INET)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_ADDRESS, DAT_INVALID_ADDRESS_UNSUPPORTED),
+				  "EP %p: only IPv4 (AF_INET) remote addresses", (void *)ep);
+	if ((qual & 0xffff) == 0)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3),
+				  "connection qualifier %llu maps to TCP port 0",
+				  (unsigned long long)qual);
+	if (plen < 0 || plen > DFI_PDATA_MAX || (plen && !pdata))
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG5),
+				  "private data size %d (max %d)", plen, DFI_PDATA_MAX);
+	memcpy(&dest, addr, sizeof(dest));
+	return ep_connect_to(ep, dest, qual, timeout, plen, pdata);
+}
+
+/* DAT 2.0: the port is in the address (a CSP's, or any listener's). */
+DAT_RETURN dfi_ep_common_connect(DAT_EP_HANDLE h, DAT_IA_ADDRESS_PTR addr, DAT_TIMEOUT timeout,
+				 DAT_COUNT plen, const DAT_PVOID pdata)
+{
+	struct dfi_ep *ep = dfi_obj_get(h, DFI_T_EP);
+	struct sockaddr_in dest;
+
+	if (!ep)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EP),
+				  "%p is not an EP handle", (void *)h);
+	if (!addr || addr->sa_family != AF_INET)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_ADDRESS, DAT_INVALID_ADDRESS_UNSUPPORTED),
+				  "EP %p: only IPv4 (AF_INET) remote addresses", (void *)ep);
+	memcpy(&dest, addr, sizeof(dest));
+	if (dest.sin_port == 0)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_ADDRESS, DAT_INVALID_ADDRESS_UNREACHABLE),
+				  "EP %p: remote address has port 0 (dat_ep_common_connect takes "
+				  "the port from the address)", (void *)ep);
+	if (plen < 0 || plen > DFI_PDATA_MAX || (plen && !pdata))
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG4),
+				  "private data size %d (max %d)", plen, DFI_PDATA_MAX);
+	return ep_connect_to(ep, dest, ntohs(dest.sin_port), timeout, plen, pdata);
+}
+
+/* To the remote of a connected EP: its address and the qualifier it
+ * connected to.  An EP that accepted its connection knows no qualifier
+ * of the peer's (OFA uDAPL would connect to the peer's own port). */
+DAT_RETURN dfi_ep_dup_connect(DAT_EP_HANDLE h, DAT_EP_HANDLE duph, DAT_TIMEOUT timeout,
+			      DAT_COUNT plen, const DAT_PVOID pdata, DAT_QOS qos)
+{
+	struct dfi_ep *ep = dfi_obj_get(h, DFI_T_EP);
+	struct dfi_ep *dup = dfi_obj_get(duph, DFI_T_EP);
+	struct sockaddr_in dest;
+	DAT_CONN_QUAL qual;
+	DAT_EP_STATE st;
+
+	(void)qos;
+	if (!ep)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EP),
+				  "%p is not an EP handle", (void *)h);
+	if (!dup || dup->hdr.ia != ep->hdr.ia)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EP),
+				  "dup EP %p is not an EP of this IA", (void *)duph);
+	/* as OFA uDAPL: a connection cannot be made in no time */
+	if (timeout == 0)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3),
+				  "timeout 0");
+	if (plen < 0 || plen > DFI_PDATA_MAX || (plen && !pdata))
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG4),
+				  "private data size %d (max %d)", plen, DFI_PDATA_MAX);
+	pthread_mutex_lock(&ep->hdr.ia->cm_lock);
+	st = dup->state;
+	dest = dup->remote;
+	qual = dup->remote_port;
+	pthread_mutex_unlock(&ep->hdr.ia->cm_lock);
+	if (st != DAT_EP_STATE_CONNECTED)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_STATE, DAT_INVALID_STATE_EP_UNCONNECTED),
+				  "dup EP %p is not connected (state %d)", (void *)dup, (int)st);
+	if (!qual)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2),
+				  "dup EP %p accepted its connection: the peer's service point "
+				  "is unknown", (void *)dup);
+	return ep_connect_to(ep, dest, qual, timeout, plen, pdata);
 }
 
 DAT_RETURN dfi_ep_disconnect(DAT_EP_HANDLE h, DAT_CLOSE_FLAGS flags)
@@ -747,28 +862,34 @@ static void conn_event(struct cm_post *p, struct dfi_ep *ep, DAT_EVENT_NUMBER nu
 	}
 }
 
-static void handle_connreq(struct dfi_ia *ia, struct dfi_sp *sp, struct dfi_cm_event *e,
-			   struct cm_post *p)
+/* A CR of sp for the libfabric request req (cm_lock held), with the EP
+ * made for it if sp is a DAT_PSP_PROVIDER_FLAG PSP; NULL without memory. */
+static struct dfi_cr *cr_new(struct dfi_ia *ia, struct dfi_sp *sp, void *req)
 {
-	struct dfi_cr *cr;
+	struct dfi_cr *cr = dfi_obj_new(ia, DFI_T_CR, sizeof(*cr));
 
-	if (sp->freed || (sp->hdr.type == DFI_T_RSP && sp->used)) {
-		/* freed, kept for its CRs; or an RSP's single use is spent */
-		dfi_pep_reject(sp->pep, e->req, NULL, 0);
-		return;
-	}
-	cr = dfi_obj_new(ia, DFI_T_CR, sizeof(*cr));
-	if (!cr) {
-		dfi_pep_reject(sp->pep, e->req, NULL, 0);
-		return;
+	if (!cr)
+		return NULL;
+	if (sp->flags == DAT_PSP_PROVIDER_FLAG) {
+		cr->ep = dfi_ep_new_tentative(ia);
+		if (!cr->ep) {
+			dfi_obj_retire(cr);
+			return NULL;
+		}
+		cr->ep->cr = cr;
 	}
 	cr->sp = sp;
 	sp->ncr++;
-	cr->req = e->req;
-	cr->plen = (DAT_COUNT)e->plen;
-	memcpy(cr->pdata, e->pdata, e->plen);
-	dfi_connreq_peer(e->req, &cr->remote);
+	cr->req = req;
 	sp->used = true;
+	return cr;
+}
+
+/* The DAT_CONNECTION_REQUEST_EVENT of cr into p (cm_lock held). */
+static void cr_event(struct dfi_ia *ia, struct dfi_cr *cr, struct cm_post *p)
+{
+	struct dfi_sp *sp = cr->sp;
+
 	memset(&p->ev, 0, sizeof(p->ev));
 	p->ev.event_number = DAT_CONNECTION_REQUEST_EVENT;
 	p->ev.event_data.cr_arrival_event_data.sp_handle.psp_handle = sp;
@@ -779,6 +900,29 @@ static void handle_connreq(struct dfi_ia *ia, struct dfi_sp *sp, struct dfi_cm_e
 	p->cr = cr;
 	p->q = &sp->cr_evd->q;
 	dfi_evq_ref(p->q);
+}
+
+static void handle_connreq(struct dfi_ia *ia, struct dfi_sp *sp, struct dfi_cm_event *e,
+			   struct cm_post *p)
+{
+	struct dfi_cr *cr;
+
+	if (sp->freed || (sp->hdr.type == DFI_T_RSP && sp->used)) {
+		/* freed, kept for its CRs; or an RSP's single use is spent */
+		dfi_pep_reject(sp->pep, e->req, NULL, 0);
+		return;
+	}
+	cr = cr_new(ia, sp, e->req);
+	if (!cr) {
+		dfi_pep_reject(sp->pep, e->req, NULL, 0);
+		return;
+	}
+	cr->plen = (DAT_COUNT)e->plen;
+	memcpy(cr->pdata, e->pdata, e->plen);
+	dfi_connreq_peer(e->req, &cr->remote);
+	if (cr->ep)
+		cr->ep->remote = cr->remote;	/* dat_ep_query's, before the accept */
+	cr_event(ia, cr, p);
 }
 
 static DAT_EVENT_NUMBER error_event(int err, bool connected)
@@ -836,7 +980,7 @@ static void translate(struct dfi_ia *ia, struct dfi_cm_event *e, struct cm_post 
 
 	if (e->type == DFI_CM_CONNREQ) {
 		if (o && (o->type == DFI_T_PSP || o->type == DFI_T_RSP ||
-			  o->type == DFI_T_SP_GONE))
+			  o->type == DFI_T_CSP || o->type == DFI_T_SP_GONE))
 			handle_connreq(ia, (struct dfi_sp *)o, e, p);
 		else
 			dfi_connreq_free(e->req);
@@ -1033,4 +1177,156 @@ int dfi_cm_pull(struct dfi_ia *ia)
 	pthread_mutex_unlock(&ia->lock);
 	pthread_mutex_unlock(&ia->eq_lock);
 	return n;
+}
+
+/* ------------------------------------------------------------ DAT 2.0 */
+
+/* dat_cr_handoff: the request goes to the live service point of this IA
+ * listening on qualifier `qual` (a PSP, a CSP by its port, or an unused
+ * RSP), as a new CR there with its own CONNECTION_REQUEST event; this CR
+ * is destroyed, with the EP the provider made for it if any.  The
+ * libfabric request moves as it is (OFA uDAPL does not implement the
+ * call: this follows the DAT 2.0 text). */
+DAT_RETURN dfi_cr_handoff(DAT_CR_HANDLE h, DAT_CONN_QUAL qual)
+{
+	struct dfi_cr *cr = dfi_obj_get(h, DFI_T_CR), *cr2;
+	struct dfi_sp *target = NULL, *gone;
+	struct cm_post p = { 0 };
+	struct dfi_ep *old_ep;
+	struct dfi_ia *ia;
+
+	if (!cr)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_CR),
+				  "%p is not a CR handle", (void *)h);
+	ia = cr->hdr.ia;
+	pthread_mutex_lock(&ia->cm_lock);
+	pthread_mutex_lock(&ia->lock);	/* the object list, after cm_lock */
+	for (struct dfi_obj *o = ia->objs.next; o != &ia->objs; o = o->next) {
+		struct dfi_sp *sp = (struct dfi_sp *)o;
+
+		if ((o->type == DFI_T_PSP || o->type == DFI_T_CSP ||
+		     (o->type == DFI_T_RSP && !sp->used)) && sp->conn_qual == qual) {
+			target = sp;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&ia->lock);
+	if (!target) {
+		pthread_mutex_unlock(&ia->cm_lock);
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2),
+				  "no live service point of this IA listens on qualifier %llu",
+				  (unsigned long long)qual);
+	}
+	cr2 = cr_new(ia, target, cr->req);
+	if (!cr2) {
+		pthread_mutex_unlock(&ia->cm_lock);
+		return DFI_REJECT(DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_MEMORY),
+				  "no memory for the handed-off CR");
+	}
+	cr2->remote = cr->remote;
+	if (cr2->ep)
+		cr2->ep->remote = cr->remote;
+	cr2->plen = cr->plen;
+	memcpy(cr2->pdata, cr->pdata, sizeof(cr2->pdata));
+	cr->req = NULL;			/* cr2's now */
+	old_ep = cr_drop_ep(cr);
+	gone = cr_done(cr);
+	cr_event(ia, cr2, &p);
+	pthread_mutex_unlock(&ia->cm_lock);
+	cr_retire(cr, gone);
+	if (old_ep)
+		dfi_ep_destroy(old_ep);
+	dfi_dbg(DFI_SS_CM, "CR %p handed off to SP %p (qualifier %llu) as CR %p", (void *)cr,
+		(void *)target, (unsigned long long)qual, (void *)cr2);
+	if (dfi_evq_post(p.q, &p.ev) != 0)
+		cr_refuse(cr2, NULL, 0);	/* the target's CR EVD overflowed */
+	dfi_evq_unref(p.q);
+	return DAT_SUCCESS;
+}
+
+/* Common service points.  A CSP is a listener addressed as a socket is:
+ * the IA address and a TCP port (port 0: any, reported by dat_csp_query),
+ * with a communicator that must describe TCP over IPv4.  It is a PSP whose
+ * qualifier is that port: dat_ep_common_connect to the address, or
+ * dat_ep_connect with the port as qualifier, reach it; its requests are
+ * CRs as a PSP's (sp_handle.csp_handle names it). */
+DAT_RETURN dfi_csp_create(DAT_IA_HANDLE h, DAT_COMM *comm, DAT_IA_ADDRESS_PTR addr,
+			  DAT_EVD_HANDLE evdh, DAT_CSP_HANDLE *out)
+{
+	struct dfi_ia *ia = dfi_obj_get(h, DFI_T_IA);
+	DAT_COMM c = { .domain = AF_INET, .type = SOCK_STREAM, .protocol = IPPROTO_TCP };
+	struct sockaddr_in a;
+	struct dfi_evd *evd;
+	struct dfi_sp *sp;
+	DAT_CONN_QUAL qual;
+	DAT_RETURN rc;
+
+	if (!ia)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_IA),
+				  "%p is not an IA handle", (void *)h);
+	if (comm && ((comm->domain != 0 && comm->domain != AF_INET) ||
+		     (comm->type != 0 && comm->type != SOCK_STREAM) ||
+		     (comm->protocol != 0 && comm->protocol != IPPROTO_TCP)))
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2),
+				  "communicator {domain %d, type %d, protocol %d}: only TCP over "
+				  "IPv4 (AF_INET, SOCK_STREAM)", comm->domain, comm->type,
+				  comm->protocol);
+	if (!addr)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3),
+				  "CSP address is NULL");
+	if (addr->sa_family != AF_INET)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_ADDRESS, DAT_INVALID_ADDRESS_UNSUPPORTED),
+				  "CSP address family %d: only IPv4 (AF_INET)", (int)addr->sa_family);
+	memcpy(&a, addr, sizeof(a));
+	if (a.sin_addr.s_addr != htonl(INADDR_ANY) && a.sin_addr.s_addr != ia->addr.sin_addr.s_addr)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_ADDRESS, DAT_INVALID_ADDRESS_UNSUPPORTED),
+				  "CSP address is neither the IA's nor INADDR_ANY");
+	if (!(evd = dfi_evd_of(ia, evdh, DAT_EVD_CR_FLAG)))
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EVD_CR),
+				  "%p is not a CR EVD of this IA", (void *)evdh);
+	if (!out)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG5),
+				  "CSP handle pointer is NULL");
+	if (comm)
+		c = *comm;
+	qual = ntohs(a.sin_port);	/* 0: any port (sp_create) */
+	rc = sp_create(ia, DFI_T_CSP, &qual, evd, DAT_PSP_CONSUMER_FLAG, NULL, &sp);
+	if (rc != DAT_SUCCESS)
+		return rc;
+	sp->comm = c;
+	sp->addr = ia->addr;
+	sp->addr.sin_port = htons((uint16_t)qual);
+	*out = sp;
+	return DAT_SUCCESS;
+}
+
+DAT_RETURN dfi_csp_query(DAT_CSP_HANDLE h, DAT_CSP_PARAM_MASK mask, DAT_CSP_PARAM *p)
+{
+	struct dfi_sp *sp = dfi_obj_get(h, DFI_T_CSP);
+
+	if (!sp)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_CSP),
+				  "%p is not a CSP handle", (void *)h);
+	if (mask & ~(DAT_CSP_PARAM_MASK)DAT_CSP_FIELD_ALL)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2),
+				  "CSP param mask 0x%x has unknown bits", (unsigned)mask);
+	if (!p)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3),
+				  "CSP param pointer is NULL");
+	p->ia_handle = sp->hdr.ia;
+	p->comm = &sp->comm;
+	p->address_ptr = (DAT_IA_ADDRESS_PTR)&sp->addr;
+	p->evd_handle = sp->cr_evd;
+	return DAT_SUCCESS;
+}
+
+DAT_RETURN dfi_csp_free(DAT_CSP_HANDLE h)
+{
+	struct dfi_sp *sp = dfi_obj_get(h, DFI_T_CSP);
+
+	if (!sp)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_CSP),
+				  "%p is not a CSP handle", (void *)h);
+	dfi_sp_destroy(sp);
+	return DAT_SUCCESS;
 }

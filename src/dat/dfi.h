@@ -85,7 +85,7 @@ struct dfi_ia {
 	struct sockaddr_in addr;
 	pthread_mutex_t lock;
 	struct dfi_obj objs;		/* list head (sentinel) */
-	int n_pz, n_lmr, n_evd, n_cno, n_srq;
+	int n_pz, n_lmr, n_evd, n_cno, n_srq, n_rmr;
 	DAT_NAMED_ATTR prov_attr[4];
 	int n_prov_attr;
 
@@ -255,9 +255,12 @@ struct dfi_ep {
 	 * post_lock): the first is fenced, the rest may not overtake it */
 	struct dfi_held *held, **held_tail;
 	struct sockaddr_in remote;
-	DAT_CONN_QUAL remote_port;
+	DAT_CONN_QUAL remote_port;	/* the qualifier it connected to; 0: accepted */
 	uint8_t pdata[256];		/* private data of the last connection event */
 	struct dfi_sp *rsp;		/* the RSP this EP is reserved for */
+	/* A provider-created EP (DAT_PSP_PROVIDER_FLAG): the CR it was made
+	 * for, until that is accepted, rejected or handed off (cm_lock). */
+	struct dfi_cr *cr;
 
 	/* SRQ EPs (srq.c): receives come from srq's shared context and complete
 	 * on rcq, this EP's own CQ, so that each completion names its EP. */
@@ -273,13 +276,17 @@ struct dfi_ep {
 	bool soft_armed;		/* the soft one may fire once (srq lock) */
 };
 
-/* A public (PSP) or reserved (RSP) service point: a libfabric listener. */
+/* A public (PSP), reserved (RSP) or common (CSP) service point: a
+ * libfabric listener.  A CSP is a PSP addressed by IP address and port
+ * (the qualifier is the port). */
 struct dfi_sp {
 	struct dfi_obj hdr;
 	struct dfi_evd *cr_evd;
 	struct dfi_pep *pep;
 	DAT_CONN_QUAL conn_qual;
 	DAT_PSP_FLAGS flags;
+	DAT_COMM comm;			/* CSP: the communicator */
+	struct sockaddr_in addr;	/* CSP: the address listened on */
 	struct dfi_ep *ep;		/* RSP: the reserved EP */
 	bool used;			/* RSP: single use */
 	/* Its CRs not yet accepted or rejected, and whether the consumer
@@ -293,6 +300,7 @@ struct dfi_sp {
 struct dfi_cr {
 	struct dfi_obj hdr;
 	struct dfi_sp *sp;
+	struct dfi_ep *ep;		/* the provider-created EP, or NULL (cm_lock) */
 	void *req;
 	struct sockaddr_in remote;
 	DAT_COUNT plen;
@@ -456,6 +464,10 @@ DAT_RETURN dfi_ep_get_status(DAT_EP_HANDLE ep, DAT_EP_STATE *state, DAT_BOOLEAN 
 DAT_RETURN dfi_ep_reset(DAT_EP_HANDLE ep);
 DAT_RETURN dfi_ep_free(DAT_EP_HANDLE ep);
 void dfi_ep_destroy(struct dfi_ep *ep);
+/* The EP a DAT_PSP_PROVIDER_FLAG PSP makes for a request (cm_lock held):
+ * the IA's default attributes, no PZ and no EVDs (dat_ep_modify gives them
+ * before the accept), TENTATIVE_CONNECTION_PENDING.  NULL without memory. */
+struct dfi_ep *dfi_ep_new_tentative(struct dfi_ia *ia);
 DAT_RETURN dfi_ep_create_with_srq(DAT_IA_HANDLE, DAT_PZ_HANDLE, DAT_EVD_HANDLE, DAT_EVD_HANDLE,
 				  DAT_EVD_HANDLE, DAT_SRQ_HANDLE, const DAT_EP_ATTR *,
 				  DAT_EP_HANDLE *);
@@ -497,6 +509,15 @@ DAT_RETURN dfi_rsp_free(DAT_RSP_HANDLE);
 DAT_RETURN dfi_cr_query(DAT_CR_HANDLE, DAT_CR_PARAM_MASK, DAT_CR_PARAM *);
 DAT_RETURN dfi_cr_accept(DAT_CR_HANDLE, DAT_EP_HANDLE, DAT_COUNT, const DAT_PVOID);
 DAT_RETURN dfi_cr_reject(DAT_CR_HANDLE, DAT_COUNT, const DAT_PVOID);
+DAT_RETURN dfi_cr_handoff(DAT_CR_HANDLE, DAT_CONN_QUAL);
+DAT_RETURN dfi_csp_create(DAT_IA_HANDLE, DAT_COMM *, DAT_IA_ADDRESS_PTR, DAT_EVD_HANDLE,
+			  DAT_CSP_HANDLE *);
+DAT_RETURN dfi_csp_query(DAT_CSP_HANDLE, DAT_CSP_PARAM_MASK, DAT_CSP_PARAM *);
+DAT_RETURN dfi_csp_free(DAT_CSP_HANDLE);
+DAT_RETURN dfi_ep_dup_connect(DAT_EP_HANDLE, DAT_EP_HANDLE, DAT_TIMEOUT, DAT_COUNT,
+			      const DAT_PVOID, DAT_QOS);
+DAT_RETURN dfi_ep_common_connect(DAT_EP_HANDLE, DAT_IA_ADDRESS_PTR, DAT_TIMEOUT, DAT_COUNT,
+				 const DAT_PVOID);
 DAT_RETURN dfi_ep_connect(DAT_EP_HANDLE, DAT_IA_ADDRESS_PTR, DAT_CONN_QUAL, DAT_TIMEOUT,
 			  DAT_COUNT, const DAT_PVOID, DAT_QOS, DAT_CONNECT_FLAGS);
 DAT_RETURN dfi_ep_disconnect(DAT_EP_HANDLE, DAT_CLOSE_FLAGS);

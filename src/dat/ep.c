@@ -227,6 +227,31 @@ DAT_RETURN dfi_ep_create(DAT_IA_HANDLE h, DAT_PZ_HANDLE pzh, DAT_EVD_HANDLE recv
 	return ep_create(h, pzh, recvh, reqh, connh, DAT_HANDLE_NULL, attr, out);
 }
 
+struct dfi_ep *dfi_ep_new_tentative(struct dfi_ia *ia)
+{
+	DAT_EP_ATTR a;
+	struct dfi_ep *ep;
+
+	if (ep_attr_resolve(ia, NULL, &a) != DAT_SUCCESS)
+		return NULL;
+	ep = dfi_obj_new(ia, DFI_T_EP, sizeof(*ep));
+	if (!ep)
+		return NULL;
+	pthread_mutex_init(&ep->post_lock, NULL);
+	ep->sendq = dfi_dto_pool_new(a.max_request_dtos);
+	ep->recvq = dfi_dto_pool_new(a.max_recv_dtos);
+	if (!ep->sendq || !ep->recvq) {
+		dfi_dto_pool_release(ia, ep->sendq);
+		dfi_dto_pool_release(ia, ep->recvq);
+		pthread_mutex_destroy(&ep->post_lock);
+		dfi_obj_retire(ep);
+		return NULL;
+	}
+	ep->attr = a;
+	ep->state = DAT_EP_STATE_TENTATIVE_CONNECTION_PENDING;
+	return ep;
+}
+
 DAT_RETURN dfi_ep_create_with_srq(DAT_IA_HANDLE h, DAT_PZ_HANDLE pzh, DAT_EVD_HANDLE recvh,
 				  DAT_EVD_HANDLE reqh, DAT_EVD_HANDLE connh, DAT_SRQ_HANDLE srqh,
 				  const DAT_EP_ATTR *attr, DAT_EP_HANDLE *out)
@@ -311,12 +336,15 @@ DAT_RETURN dfi_ep_reset(DAT_EP_HANDLE h)
 				  "EP %p: reset needs an unconnected or disconnected EP", (void *)ep);
 	/* Back to a fresh EP: the old connection's endpoint goes (its posted
 	 * receives were flushed by the disconnect), early receives are
-	 * flushed to the receive EVD. */
+	 * flushed to the receive EVD, and a new endpoint is opened ahead as
+	 * for a new EP, so the next connect only connects (dapltest resets
+	 * and reconnects its EPs). */
 	dfi_ep_close_fep(ep);
 	dfi_ep_flush_pending(ep);
 	pthread_mutex_lock(&ep->hdr.ia->cm_lock);
 	dfi_ep_set_state(ep, DAT_EP_STATE_UNCONNECTED);
 	pthread_mutex_unlock(&ep->hdr.ia->cm_lock);
+	dfi_ep_preopen(ep);
 	return DAT_SUCCESS;
 }
 
@@ -331,6 +359,9 @@ void dfi_ep_destroy(struct dfi_ep *ep)
 	pthread_mutex_lock(&ia->cm_lock);
 	if (ep->rsp)
 		ep->rsp->ep = NULL;
+	if (ep->cr)
+		ep->cr->ep = NULL;	/* its CR stays, now without an EP */
+	ep->cr = NULL;
 	pthread_mutex_unlock(&ia->cm_lock);
 	/* its private CQ: the last completions, then the SRQ's counts */
 	if (ep->srq)
@@ -351,7 +382,8 @@ void dfi_ep_destroy(struct dfi_ep *ep)
 	dfi_dto_pool_release(ia, ep->recvq);
 	ep_refs(ep, -1);
 	pthread_mutex_lock(&ia->lock);
-	ep->pz->refs--;
+	if (ep->pz)		/* a provider-created EP may have none */
+		ep->pz->refs--;
 	pthread_mutex_unlock(&ia->lock);
 	pthread_mutex_destroy(&ep->post_lock);
 	dfi_obj_retire(ep);
@@ -432,8 +464,9 @@ DAT_RETURN dfi_ep_modify(DAT_EP_HANDLE h, DAT_EP_PARAM_MASK mask, const DAT_EP_P
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_STATE, 0),
 				  "EP %p takes its receives from SRQ %p: it keeps what it was "
 				  "created with", (void *)ep, (void *)ep->srq);
+	/* a provider-created EP has no PZ until it is given one here */
 	pz = mask & DAT_EP_FIELD_PZ_HANDLE ? dfi_pz_of(ia, p->pz_handle) : ep->pz;
-	if (!pz)
+	if (!pz && (mask & DAT_EP_FIELD_PZ_HANDLE))
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_PZ),
 				  "%p is not a PZ of this IA", (void *)p->pz_handle);
 	recv = ep->recv_evd;
@@ -476,7 +509,10 @@ DAT_RETURN dfi_ep_modify(DAT_EP_HANDLE h, DAT_EP_PARAM_MASK mask, const DAT_EP_P
 	 * by the old attributes: it goes (the connect opens a new one) */
 	dfi_ep_drop_spare(ep);
 	pthread_mutex_lock(&ep->post_lock);
-	busy = ep->state != DAT_EP_STATE_UNCONNECTED || ep->fep || ep->n_early ||
+	/* a provider-created EP is modified before its accept, in its own
+	 * state */
+	busy = (ep->state != DAT_EP_STATE_UNCONNECTED &&
+		ep->state != DAT_EP_STATE_TENTATIVE_CONNECTION_PENDING) || ep->fep || ep->n_early ||
 	       !dfi_dto_pool_idle(ep->sendq) || !dfi_dto_pool_idle(ep->recvq);
 	if (!busy) {
 		ep_refs(ep, -1);	/* the old EVDs and their notification models */
@@ -502,7 +538,8 @@ DAT_RETURN dfi_ep_modify(DAT_EP_HANDLE h, DAT_EP_PARAM_MASK mask, const DAT_EP_P
 	if (!busy) {
 		if (pz != ep->pz) {
 			pthread_mutex_lock(&ia->lock);	/* after cm_lock, as elsewhere */
-			ep->pz->refs--;
+			if (ep->pz)
+				ep->pz->refs--;
 			pz->refs++;
 			ep->pz = pz;
 			pthread_mutex_unlock(&ia->lock);

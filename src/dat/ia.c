@@ -195,7 +195,7 @@ static void fill_provider_attr(struct dfi_ia *ia, DAT_PROVIDER_ATTR *a)
 		.is_thread_safe = DAT_FALSE,	/* the registry's lookup key (dat.conf) */
 		.max_private_data_size = DFI_PDATA_MAX,	/* FI_OPT_CM_DATA_SIZE of tcp, net, sockets */
 		.supports_multipath = DAT_FALSE,
-		.ep_creator = DAT_PSP_CREATES_EP_NEVER,
+		.ep_creator = DAT_PSP_CREATES_EP_IFASKED,	/* DAT_PSP_PROVIDER_FLAG */
 		.pz_support = DAT_PZ_UNIQUE,
 		.optimal_buffer_alignment = 64,
 		.srq_supported = DAT_TRUE,
@@ -256,7 +256,7 @@ DAT_RETURN dfi_ia_query(DAT_IA_HANDLE h, DAT_EVD_HANDLE *async_evd,
 static void destroy_children(struct dfi_ia *ia)
 {
 	static const enum dfi_type order[] = {
-		DFI_T_EP, DFI_T_CR, DFI_T_PSP, DFI_T_RSP, DFI_T_RMR, DFI_T_SRQ, DFI_T_LMR, DFI_T_PZ,
+		DFI_T_EP, DFI_T_CR, DFI_T_PSP, DFI_T_RSP, DFI_T_CSP, DFI_T_RMR, DFI_T_SRQ, DFI_T_LMR, DFI_T_PZ,
 		DFI_T_EVD, DFI_T_CNO,
 	};
 
@@ -285,7 +285,7 @@ static void destroy_children(struct dfi_ia *ia)
 			case DFI_T_CR: dfi_cr_destroy((struct dfi_cr *)victim); break;
 			case DFI_T_RMR: dfi_rmr_destroy((struct dfi_rmr *)victim); break;
 			case DFI_T_SRQ: dfi_srq_destroy((struct dfi_srq *)victim); break;
-			case DFI_T_PSP: case DFI_T_RSP: dfi_sp_destroy((struct dfi_sp *)victim); break;
+			case DFI_T_PSP: case DFI_T_RSP: case DFI_T_CSP: dfi_sp_destroy((struct dfi_sp *)victim); break;
 			case DFI_T_LMR: dfi_lmr_destroy((struct dfi_lmr *)victim); break;
 			case DFI_T_PZ: dfi_pz_destroy((struct dfi_pz *)victim); break;
 			case DFI_T_EVD: dfi_evd_destroy((struct dfi_evd *)victim); break;

@@ -83,6 +83,12 @@ static void fill_table(struct dfi_provider *p)
 	t->ep_post_rdma_write_func = dfi_ep_post_rdma_write;
 	t->ep_post_rdma_read_func = dfi_ep_post_rdma_read;
 	t->psp_create_func = dfi_psp_create;
+	t->cr_handoff_func = dfi_cr_handoff;
+	t->ep_dup_connect_func = dfi_ep_dup_connect;
+	t->ep_common_connect_func = dfi_ep_common_connect;
+	t->csp_create_func = dfi_csp_create;
+	t->csp_query_func = dfi_csp_query;
+	t->csp_free_func = dfi_csp_free;
 	t->psp_create_any_func = dfi_psp_create_any;
 	t->psp_query_func = dfi_psp_query;
 	t->psp_free_func = dfi_psp_free;

@@ -25,6 +25,8 @@ DAT_RETURN dfi_rmr_create(DAT_PZ_HANDLE pzh, DAT_RMR_HANDLE *out)
 {
 	struct dfi_pz *pz = dfi_obj_get(pzh, DFI_T_PZ);
 	struct dfi_rmr *rmr;
+	struct dfi_ia *ia;
+	bool full;
 
 	if (!pz)
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_PZ),
@@ -32,13 +34,26 @@ DAT_RETURN dfi_rmr_create(DAT_PZ_HANDLE pzh, DAT_RMR_HANDLE *out)
 	if (!out)
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2),
 				  "RMR handle pointer is NULL");
-	rmr = dfi_obj_new(pz->hdr.ia, DFI_T_RMR, sizeof(*rmr));
-	if (!rmr)
+	ia = pz->hdr.ia;
+	pthread_mutex_lock(&ia->lock);
+	full = ia->n_rmr >= DFI_MAX_RMRS;	/* ia_attr.max_rmrs */
+	if (!full)
+		ia->n_rmr++;
+	pthread_mutex_unlock(&ia->lock);
+	if (full)
+		return DFI_REJECT(DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_MEMORY_REGION),
+				  "IA already has max_rmrs (%d) RMRs", DFI_MAX_RMRS);
+	rmr = dfi_obj_new(ia, DFI_T_RMR, sizeof(*rmr));
+	if (!rmr) {
+		pthread_mutex_lock(&ia->lock);
+		ia->n_rmr--;
+		pthread_mutex_unlock(&ia->lock);
 		return DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_MEMORY);
+	}
 	rmr->pz = pz;
-	pthread_mutex_lock(&pz->hdr.ia->lock);
+	pthread_mutex_lock(&ia->lock);
 	pz->refs++;
-	pthread_mutex_unlock(&pz->hdr.ia->lock);
+	pthread_mutex_unlock(&ia->lock);
 	*out = rmr;
 	return DAT_SUCCESS;
 }
@@ -146,6 +161,7 @@ void dfi_rmr_destroy(struct dfi_rmr *rmr)
 	dfi_mr_dereg(rmr->mr);
 	pthread_mutex_lock(&ia->lock);
 	rmr->pz->refs--;
+	ia->n_rmr--;
 	pthread_mutex_unlock(&ia->lock);
 	dfi_obj_retire(rmr);
 }

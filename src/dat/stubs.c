@@ -26,12 +26,6 @@ static DAT_RETURN not_implemented(const char *slot, int *once)
 		return not_implemented(#slot, &once);			\
 	}
 
-STUB(cr_handoff, (DAT_CR_HANDLE a1, DAT_CONN_QUAL a2))
-STUB(ep_dup_connect, (DAT_EP_HANDLE a1, DAT_EP_HANDLE a2, DAT_TIMEOUT a3, DAT_COUNT a4, const DAT_PVOID a5, DAT_QOS a6))
-STUB(csp_create, (DAT_IA_HANDLE a1, DAT_COMM * a2, DAT_IA_ADDRESS_PTR a3, DAT_EVD_HANDLE a4, DAT_CSP_HANDLE * a5))
-STUB(csp_query, (DAT_CSP_HANDLE a1, DAT_CSP_PARAM_MASK a2, DAT_CSP_PARAM * a3))
-STUB(csp_free, (DAT_CSP_HANDLE a1))
-STUB(ep_common_connect, (DAT_EP_HANDLE a1, DAT_IA_ADDRESS_PTR a2, DAT_TIMEOUT a3, DAT_COUNT a4, const DAT_PVOID a5))
 STUB(rmr_create_for_ep, (DAT_PZ_HANDLE a1, DAT_RMR_HANDLE * a2))
 STUB(ep_post_send_with_invalidate, (DAT_EP_HANDLE a1, DAT_COUNT a2, DAT_LMR_TRIPLET * a3, DAT_DTO_COOKIE a4, DAT_COMPLETION_FLAGS a5, DAT_BOOLEAN a6, DAT_RMR_CONTEXT a7))
 STUB(ep_post_rdma_read_to_rmr, (DAT_EP_HANDLE a1, const DAT_RMR_TRIPLET * a2, DAT_DTO_COOKIE a3, const DAT_RMR_TRIPLET * a4, DAT_COMPLETION_FLAGS a5))
@@ -39,12 +33,6 @@ STUB(ia_ha_related, (DAT_IA_HANDLE a1, const DAT_NAME_PTR a2, DAT_BOOLEAN * a3))
 
 void dfi_fill_stubs(DAT_PROVIDER *p)
 {
-	p->cr_handoff_func = stub_cr_handoff;
-	p->ep_dup_connect_func = stub_ep_dup_connect;
-	p->csp_create_func = stub_csp_create;
-	p->csp_query_func = stub_csp_query;
-	p->csp_free_func = stub_csp_free;
-	p->ep_common_connect_func = stub_ep_common_connect;
 	p->rmr_create_for_ep_func = stub_rmr_create_for_ep;
 	p->ep_post_send_with_invalidate_func = stub_ep_post_send_with_invalidate;
 	p->ep_post_rdma_read_to_rmr_func = stub_ep_post_rdma_read_to_rmr;

@@ -42,6 +42,7 @@
 #include <unistd.h>
 
 #include <dat2/udat.h>
+#include <dat2/udat_redirection.h>	/* struct dat_provider: slots libdat2 does not export */
 
 #include "dat_test.h"
 #include "dat2/dapl_ofi.h"
@@ -1959,21 +1960,136 @@ static void test_ia_close_abrupt_aborts_waiter(void **state)
 
 /* ================================================================ stubs */
 
-/* A slot dapl-ofi does not implement (dat_ep_dup_connect) answers
+/* A slot dapl-ofi does not implement (dat_rmr_create_for_ep, reached
+ * through the provider's table: libdat2 does not export it) answers
  * DAT_NOT_IMPLEMENTED, not a crash or a silent success. */
 static void test_stub_slots_not_implemented(void **state)
 {
 	struct fx *f = *state;
-	DAT_EP_HANDLE a = DAT_HANDLE_NULL, b = DAT_HANDLE_NULL;
+	DAT_RMR_HANDLE rmr = DAT_HANDLE_NULL;
 
+	assert_err(DAT_HANDLE_TO_PROVIDER(f->pz)->rmr_create_for_ep_func(f->pz, &rmr),
+		   DAT_NOT_IMPLEMENTED);
+	assert_null(rmr);
+}
+
+/* ================================================= DAT 2.0 calls, no peer */
+
+/* The DAT 2.0 connection calls on wrong, stale and unconnected handles:
+ * the right error naming the argument, nothing else happens.  (The happy
+ * paths, over tcp, are in test_api_conn.) */
+static void test_dat20_calls_bad_handles(void **state)
+{
+	struct fx *f = *state;
+	DAT_PROVIDER *prov = DAT_HANDLE_TO_PROVIDER(f->pz);
+	DAT_EVD_HANDLE cr_evd;
+	DAT_EVD_PARAM ep;
+	DAT_EP_HANDLE a, b, dead;
+	DAT_PSP_HANDLE psp;
+	DAT_PSP_PARAM pp;
+	DAT_CONN_QUAL port = 0;
+	DAT_CSP_PARAM cp;
+	DAT_CSP_HANDLE csp;
+	struct sockaddr_in sa;
+
+	assert_ok(dat_evd_create(f->ia, 8, DAT_HANDLE_NULL, DAT_EVD_CR_FLAG, &cr_evd));
 	assert_ok(dat_ep_create(f->ia, f->pz, DAT_HANDLE_NULL, DAT_HANDLE_NULL, DAT_HANDLE_NULL,
 				NULL, &a));
 	assert_ok(dat_ep_create(f->ia, f->pz, DAT_HANDLE_NULL, DAT_HANDLE_NULL, DAT_HANDLE_NULL,
 				NULL, &b));
-	assert_err(dat_ep_dup_connect(a, b, 1000, 0, NULL, DAT_QOS_BEST_EFFORT),
-		   DAT_NOT_IMPLEMENTED);
+	assert_ok(dat_ep_create(f->ia, f->pz, DAT_HANDLE_NULL, DAT_HANDLE_NULL, DAT_HANDLE_NULL,
+				NULL, &dead));
+	assert_ok(dat_ep_free(dead));
+
+	/* dat_cr_handoff: no CR */
+	assert_rc(dat_cr_handoff(f->pz, 1234), ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_CR));
+	assert_rc(dat_cr_handoff(dead, 1234), ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_CR));
+	assert_rc(dat_cr_handoff((DAT_CR_HANDLE)f->forged, 1234),
+		  ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_CR));
+	/* dat_ep_dup_connect */
+	assert_rc(dat_ep_dup_connect(dead, a, 1000, 0, NULL, DAT_QOS_BEST_EFFORT),
+		  ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EP));
+	assert_rc(dat_ep_dup_connect(a, dead, 1000, 0, NULL, DAT_QOS_BEST_EFFORT),
+		  ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EP));
+	assert_rc(dat_ep_dup_connect(a, f->evd, 1000, 0, NULL, DAT_QOS_BEST_EFFORT),
+		  ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EP));
+	assert_rc(dat_ep_dup_connect(a, b, 1000, 0, NULL, DAT_QOS_BEST_EFFORT),
+		  ERR(DAT_INVALID_STATE, DAT_INVALID_STATE_EP_UNCONNECTED));
+	/* dat_ep_common_connect */
+	memset(&sa, 0, sizeof(sa));
+	sa.sin_family = AF_INET;
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	sa.sin_port = htons(9);
+	assert_rc(prov->ep_common_connect_func(dead, (DAT_IA_ADDRESS_PTR)&sa, 1000, 0, NULL),
+		  ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EP));
+	assert_arg(prov->ep_common_connect_func(a, (DAT_IA_ADDRESS_PTR)&sa, 1000, 1, NULL),
+		   DAT_INVALID_ARG4);
+	/* the CSP calls on things that are not CSPs */
+	assert_rc(prov->csp_query_func(f->evd, DAT_CSP_FIELD_ALL, &cp),
+		  ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_CSP));
+	assert_rc(prov->csp_free_func(dead), ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_CSP));
+	assert_rc(prov->csp_free_func(f->forged), ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_CSP));
+	memset(&ep, 0, sizeof(ep));
+	assert_ok(dat_evd_query(cr_evd, DAT_EVD_FIELD_ALL, &ep));
+	sa.sin_port = 0;
+	assert_rc(prov->csp_create_func(f->pz, NULL, (DAT_IA_ADDRESS_PTR)&sa, cr_evd, &csp),
+		  ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_IA));
+	assert_rc(prov->csp_create_func(ep.ia_handle, NULL, (DAT_IA_ADDRESS_PTR)&sa, f->evd, &csp),
+		  ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EVD_CR));
+
+	/* DAT_PSP_PROVIDER_FLAG is taken and reported; unknown flags are not */
+	assert_arg(dat_psp_create_any(f->ia, &port, cr_evd, (DAT_PSP_FLAGS)2, &psp),
+		   DAT_INVALID_ARG4);
+	assert_ok(dat_psp_create_any(f->ia, &port, cr_evd, DAT_PSP_PROVIDER_FLAG, &psp));
+	memset(&pp, 0, sizeof(pp));
+	assert_ok(dat_psp_query(psp, DAT_PSP_FIELD_ALL, &pp));
+	assert_int_equal(pp.psp_flags, DAT_PSP_PROVIDER_FLAG);
+	assert_int_equal(pp.conn_qual, port);
+	assert_rc(prov->csp_query_func(psp, DAT_CSP_FIELD_ALL, &cp),
+		  ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_CSP));
+	assert_ok(dat_psp_free(psp));
+	assert_err(dat_psp_query(psp, DAT_PSP_FIELD_ALL, &pp), DAT_INVALID_HANDLE);
 	assert_ok(dat_ep_free(a));
 	assert_ok(dat_ep_free(b));
+	assert_ok(dat_evd_free(cr_evd));
+}
+
+/* ia_attr.max_rmrs is enforced: one RMR more is refused with
+ * DAT_INSUFFICIENT_RESOURCES naming memory regions; a freed one makes room. */
+static void test_rmr_max(void **state)
+{
+	struct fx *f = *state;
+	DAT_IA_ATTR ia;
+	DAT_RMR_HANDLE *rmrs, extra;
+	int n;
+
+	memset(&ia, 0, sizeof(ia));
+	assert_ok(dat_ia_query(f->ia, NULL, DAT_IA_ALL, &ia, 0, NULL));
+	assert_true(ia.max_rmrs > 0 && ia.max_rmrs <= (1 << 20));
+	n = ia.max_rmrs;
+	rmrs = calloc((size_t)n, sizeof(*rmrs));
+	assert_non_null(rmrs);
+	for (int i = 0; i < n; i++) {
+		DAT_RETURN rc = dat_rmr_create(f->pz, &rmrs[i]);
+
+		if (rc != DAT_SUCCESS) {
+			char b[160];
+
+			fail_msg("dat_rmr_create number %d of max_rmrs %d: %s", i + 1, n,
+				 rc_name(rc, b, sizeof(b)));
+		}
+	}
+	assert_rc(dat_rmr_create(f->pz, &extra),
+		  ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_MEMORY_REGION));
+	assert_ok(dat_rmr_free(rmrs[n / 2]));
+	assert_ok(dat_rmr_create(f->pz, &rmrs[n / 2]));
+	assert_rc(dat_rmr_create(f->pz, &extra),
+		  ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_MEMORY_REGION));
+	for (int i = 0; i < n; i++)
+		assert_ok(dat_rmr_free(rmrs[i]));
+	free(rmrs);
+	assert_ok(dat_rmr_create(f->pz, &extra));
+	assert_ok(dat_rmr_free(extra));
 }
 
 /* ============================================================ endpoints */
@@ -2250,6 +2366,8 @@ int main(int argc, char **argv)
 		TF(test_ia_close_abrupt_aborts_waiter),
 		/* stubs */
 		TF(test_stub_slots_not_implemented),
+		TF(test_dat20_calls_bad_handles),
+		TF(test_rmr_max),
 		TF(test_ep_create_defaults),
 		TF(test_ep_modify),
 		TF(test_ep_create_checks),

@@ -43,6 +43,7 @@
 #include <unistd.h>
 
 #include <dat2/udat.h>
+#include <dat2/udat_redirection.h>	/* struct dat_provider: the DAT 2.0 calls */
 
 #include "dat_test.h"
 
@@ -3856,6 +3857,400 @@ static void test_cm_preopen_modify_then_connect(void **state)
 	alarm(0);
 }
 
+
+/* ================================================ DAT 2.0 connection calls */
+
+/* libdat2 2.1.10 exports no dat_csp_* nor dat_ep_common_connect: they are
+ * reached through the provider's table (udat_redirection.h), as a consumer
+ * built on the DAT 2.0 redirection macros would.  The table wants the
+ * provider's IA pointer, which an EVD's query carries (the consumer holds
+ * a registry index). */
+
+static DAT_IA_HANDLE provider_ia(DAT_EVD_HANDLE evd)
+{
+	DAT_EVD_PARAM ep;
+
+	memset(&ep, 0, sizeof(ep));
+	assert_ok(dat_evd_query(evd, DAT_EVD_FIELD_ALL, &ep));
+	assert_non_null(ep.ia_handle);
+	return ep.ia_handle;
+}
+
+/* One send each way on a connected pair of EPs (sep on the server side,
+ * cep on the client's), checked byte for byte. */
+static void data_both_ways(struct pair *p, DAT_EP_HANDLE sep, DAT_EP_HANDLE cep, unsigned seed)
+{
+	DAT_LMR_TRIPLET t;
+
+	fill(p->c.buf, 40, seed);
+	fill(p->s.buf + 4096, 24, seed + 1);
+	t = seg(&p->s, 0, 64);
+	assert_ok(dat_ep_post_recv(sep, 1, &t, ck(0xa1), DAT_COMPLETION_DEFAULT_FLAG));
+	t = seg(&p->c, 4096, 64);
+	assert_ok(dat_ep_post_recv(cep, 1, &t, ck(0xa2), DAT_COMPLETION_DEFAULT_FLAG));
+	t = seg(&p->c, 0, 40);
+	assert_ok(dat_ep_post_send(cep, 1, &t, ck(0xa3), DAT_COMPLETION_DEFAULT_FLAG));
+	expect_dto(p->s.rcv, sep, 0xa1, DAT_DTO_RECEIVE, DAT_DTO_SUCCESS, 40, 2000,
+		   "server receive");
+	expect_dto(p->c.req, cep, 0xa3, DAT_DTO_SEND, DAT_DTO_SUCCESS, 40, 2000, "client send");
+	assert_memory_equal(p->s.buf, p->c.buf, 40);
+	t = seg(&p->s, 4096, 24);
+	assert_ok(dat_ep_post_send(sep, 1, &t, ck(0xa4), DAT_COMPLETION_DEFAULT_FLAG));
+	expect_dto(p->c.rcv, cep, 0xa2, DAT_DTO_RECEIVE, DAT_DTO_SUCCESS, 24, 2000,
+		   "client receive");
+	expect_dto(p->s.req, sep, 0xa4, DAT_DTO_SEND, DAT_DTO_SUCCESS, 24, 2000, "server send");
+	assert_memory_equal(p->c.buf + 4096, p->s.buf + 4096, 24);
+}
+
+/* Graceful disconnect from the client: DISCONNECTED on both sides. */
+static void disconnect_both(struct pair *p, DAT_EP_HANDLE sep, DAT_EP_HANDLE cep)
+{
+	assert_ok(dat_ep_disconnect(cep, DAT_CLOSE_GRACEFUL_FLAG));
+	expect_conn(p->c.conn, DAT_CONNECTION_EVENT_DISCONNECTED, cep, 5000, "client", NULL);
+	expect_conn(p->s.conn, DAT_CONNECTION_EVENT_DISCONNECTED, sep, 5000, "server", NULL);
+}
+
+/* dat_psp_create with DAT_PSP_PROVIDER_FLAG: each request comes with an
+ * EP of the provider's (dat_cr_query's local_ep_handle), TENTATIVE, with
+ * no PZ nor EVDs; dat_ep_modify gives them, dat_cr_accept with a NULL EP
+ * accepts on it; a reject frees it (OFA uDAPL's behaviour). */
+static void test_psp_provider_flag(void **state)
+{
+	struct pair *p = *state;
+	DAT_PSP_HANDLE psp;
+	DAT_PSP_PARAM pp;
+	DAT_CR_HANDLE cr;
+	DAT_CR_PARAM crp;
+	DAT_EP_PARAM epp;
+	DAT_EP_HANDLE pep, pep2;
+	DAT_EP_STATE st;
+
+	watchdog(__func__, 60);
+	assert_ok(dat_psp_free(p->psp));	/* its port, for the provider-flag PSP */
+	p->psp = DAT_HANDLE_NULL;
+	assert_arg(dat_psp_create(p->s.ia, p->port, p->s.cr, (DAT_PSP_FLAGS)7, &psp),
+		   DAT_INVALID_ARG4);
+	assert_ok(dat_psp_create(p->s.ia, p->port, p->s.cr, DAT_PSP_PROVIDER_FLAG, &psp));
+	memset(&pp, 0, sizeof(pp));
+	assert_ok(dat_psp_query(psp, DAT_PSP_FIELD_ALL, &pp));
+	assert_int_equal(pp.psp_flags, DAT_PSP_PROVIDER_FLAG);
+	assert_int_equal(pp.conn_qual, p->port);
+
+	assert_ok(connect_to(p->c.ep, p->port, NULL, 0));
+	cr = wait_cr(&p->s, psp, p->port);
+	memset(&crp, 0, sizeof(crp));
+	assert_ok(dat_cr_query(cr, DAT_CR_FIELD_ALL, &crp));
+	pep = crp.local_ep_handle;
+	assert_non_null(pep);
+	assert_int_equal(ep_state(pep), DAT_EP_STATE_TENTATIVE_CONNECTION_PENDING);
+	memset(&epp, 0, sizeof(epp));
+	assert_ok(dat_ep_query(pep, DAT_EP_FIELD_ALL, &epp));
+	assert_null(epp.pz_handle);
+	assert_null(epp.connect_evd_handle);
+	assert_int_equal(epp.ep_attr.max_request_dtos, 16);	/* the IA's default */
+	assert_non_null(epp.remote_ia_address_ptr);		/* the requester */
+	assert_int_equal(ntohl(((const struct sockaddr_in *)epp.remote_ia_address_ptr)->
+			       sin_addr.s_addr), INADDR_LOOPBACK);
+	/* not before it has a PZ and EVDs; not on another EP */
+	assert_rc(dat_cr_accept(cr, DAT_HANDLE_NULL, 0, NULL),
+		  ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EP));
+	assert_rc(dat_cr_accept(cr, p->s.ep, 0, NULL),
+		  ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EP));
+	memset(&epp, 0, sizeof(epp));
+	epp.pz_handle = p->s.pz;
+	epp.recv_evd_handle = p->s.rcv;
+	epp.request_evd_handle = p->s.req;
+	epp.connect_evd_handle = p->s.conn;
+	assert_ok(dat_ep_modify(pep, DAT_EP_FIELD_PZ_HANDLE | DAT_EP_FIELD_RECV_EVD_HANDLE |
+				DAT_EP_FIELD_REQUEST_EVD_HANDLE | DAT_EP_FIELD_CONNECT_EVD_HANDLE,
+				&epp));
+	assert_ok(dat_cr_accept(cr, DAT_HANDLE_NULL, 0, NULL));
+	expect_conn(p->s.conn, DAT_CONNECTION_EVENT_ESTABLISHED, pep, 5000, "server", NULL);
+	expect_conn(p->c.conn, DAT_CONNECTION_EVENT_ESTABLISHED, p->c.ep, 5000, "client", NULL);
+	assert_int_equal(ep_state(pep), DAT_EP_STATE_CONNECTED);
+	data_both_ways(p, pep, p->c.ep, 21);
+	disconnect_both(p, pep, p->c.ep);
+	assert_ok(dat_ep_free(pep));	/* the consumer's now */
+	assert_err(dat_ep_get_status(pep, &st, NULL, NULL), DAT_INVALID_HANDLE);
+
+	/* a rejected request's EP goes with it */
+	assert_ok(dat_ep_reset(p->c.ep));
+	assert_ok(connect_to(p->c.ep, p->port, NULL, 0));
+	cr = wait_cr(&p->s, psp, p->port);
+	assert_ok(dat_cr_query(cr, DAT_CR_FIELD_ALL, &crp));
+	pep2 = crp.local_ep_handle;
+	assert_non_null(pep2);
+	assert_ok(dat_cr_reject(cr, 0, NULL));
+	expect_conn(p->c.conn, DAT_CONNECTION_EVENT_PEER_REJECTED, p->c.ep, 2000, "client", NULL);
+	assert_err(dat_ep_get_status(pep2, &st, NULL, NULL), DAT_INVALID_HANDLE);
+	assert_ok(dat_psp_free(psp));
+	alarm(0);
+}
+
+/* dat_cr_handoff: the request moves to the service point on the given
+ * qualifier, as a new CR there; the old CR handle is dead. */
+static void test_cr_handoff(void **state)
+{
+	struct pair *p = *state;
+	DAT_PSP_HANDLE psp2;
+	DAT_CONN_QUAL port2 = 0;
+	DAT_CR_HANDLE cr, cr2;
+	DAT_CR_PARAM crp;
+	uint8_t pd[24];
+
+	watchdog(__func__, 60);
+	assert_ok(psp_any(&p->s, &psp2, &port2));
+	assert_int_not_equal(port2, p->port);
+	fill(pd, sizeof(pd), 9);
+	assert_ok(connect_to(p->c.ep, p->port, pd, sizeof(pd)));
+	cr = wait_cr(&p->s, p->psp, p->port);
+	/* bad arguments leave the CR as it was */
+	assert_err(dat_cr_handoff(p->s.cr, port2), DAT_INVALID_HANDLE);
+	assert_arg(dat_cr_handoff(cr, dead_port(&p->s)), DAT_INVALID_ARG2);
+	assert_ok(dat_cr_handoff(cr, port2));
+	assert_err(dat_cr_query(cr, DAT_CR_FIELD_ALL, &crp), DAT_INVALID_HANDLE);	/* stale */
+	assert_err(dat_cr_handoff(cr, port2), DAT_INVALID_HANDLE);
+	cr2 = wait_cr(&p->s, psp2, port2);
+	memset(&crp, 0, sizeof(crp));
+	assert_ok(dat_cr_query(cr2, DAT_CR_FIELD_ALL, &crp));
+	assert_int_equal(crp.private_data_size, sizeof(pd));
+	assert_memory_equal(crp.private_data, pd, sizeof(pd));
+	assert_ok(dat_cr_accept(cr2, p->s.ep, 0, NULL));
+	expect_conn(p->s.conn, DAT_CONNECTION_EVENT_ESTABLISHED, p->s.ep, 5000, "server", NULL);
+	expect_conn(p->c.conn, DAT_CONNECTION_EVENT_ESTABLISHED, p->c.ep, 5000, "client", NULL);
+	data_both_ways(p, p->s.ep, p->c.ep, 31);
+	disconnect_both(p, p->s.ep, p->c.ep);
+	assert_ok(dat_psp_free(psp2));
+	alarm(0);
+}
+
+/* A handoff between a consumer PSP and a DAT_PSP_PROVIDER_FLAG one: the
+ * EP made for the request goes with the CR it was made for, and the
+ * provider-flag PSP makes one for the handed-off request. */
+static void test_cr_handoff_provider_ep(void **state)
+{
+	struct pair *p = *state;
+	DAT_PSP_HANDLE ppsp;
+	DAT_CONN_QUAL pport = 0;
+	DAT_CR_HANDLE cr, cr2, cr3;
+	DAT_CR_PARAM crp;
+	DAT_EP_HANDLE pep;
+	DAT_EP_STATE st;
+
+	watchdog(__func__, 60);
+	assert_ok(dat_psp_create_any(p->s.ia, &pport, p->s.cr, DAT_PSP_PROVIDER_FLAG, &ppsp));
+	assert_ok(connect_to(p->c.ep, pport, NULL, 0));
+	cr = wait_cr(&p->s, ppsp, pport);
+	assert_ok(dat_cr_query(cr, DAT_CR_FIELD_ALL, &crp));
+	pep = crp.local_ep_handle;
+	assert_non_null(pep);
+	assert_ok(dat_cr_handoff(cr, p->port));		/* to the consumer PSP */
+	assert_err(dat_ep_get_status(pep, &st, NULL, NULL), DAT_INVALID_HANDLE);
+	cr2 = wait_cr(&p->s, p->psp, p->port);
+	memset(&crp, 0, sizeof(crp));
+	assert_ok(dat_cr_query(cr2, DAT_CR_FIELD_ALL, &crp));
+	assert_null(crp.local_ep_handle);
+	assert_ok(dat_cr_handoff(cr2, pport));		/* and back */
+	cr3 = wait_cr(&p->s, ppsp, pport);
+	assert_ok(dat_cr_query(cr3, DAT_CR_FIELD_ALL, &crp));
+	assert_non_null(crp.local_ep_handle);
+	assert_int_equal(ep_state(crp.local_ep_handle), DAT_EP_STATE_TENTATIVE_CONNECTION_PENDING);
+	assert_ok(dat_cr_reject(cr3, 0, NULL));
+	expect_conn(p->c.conn, DAT_CONNECTION_EVENT_PEER_REJECTED, p->c.ep, 2000, "client", NULL);
+	assert_err(dat_ep_get_status(crp.local_ep_handle, &st, NULL, NULL), DAT_INVALID_HANDLE);
+	assert_ok(dat_psp_free(ppsp));
+	alarm(0);
+}
+
+/* dat_ep_dup_connect: a second EP connects to the remote the first one
+ * connected to, with its own private data. */
+static void test_ep_dup_connect(void **state)
+{
+	struct pair *p = *state;
+	DAT_EP_ATTR a = ep_attr(EP_DTOS, EP_DTOS);
+	DAT_EP_HANDLE cep2, sep2;
+	DAT_CR_HANDLE cr;
+	DAT_CR_PARAM crp;
+	uint8_t pd[32];
+	DAT_EP_STATE st;
+
+	watchdog(__func__, 60);
+	assert_ok(dat_ep_create(p->c.ia, p->c.pz, p->c.rcv, p->c.req, p->c.conn, &a, &cep2));
+	assert_ok(dat_ep_create(p->s.ia, p->s.pz, p->s.rcv, p->s.req, p->s.conn, &a, &sep2));
+	/* the dup EP must be connected */
+	assert_rc(dat_ep_dup_connect(cep2, p->c.ep, 5 * SEC, 0, NULL, DAT_QOS_BEST_EFFORT),
+		  ERR(DAT_INVALID_STATE, DAT_INVALID_STATE_EP_UNCONNECTED));
+	establish(p);
+	assert_err(dat_ep_dup_connect(p->c.pz, p->c.ep, 5 * SEC, 0, NULL, DAT_QOS_BEST_EFFORT),
+		   DAT_INVALID_HANDLE);
+	assert_rc(dat_ep_dup_connect(cep2, p->c.pz, 5 * SEC, 0, NULL, DAT_QOS_BEST_EFFORT),
+		  ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EP));
+	assert_arg(dat_ep_dup_connect(cep2, p->c.ep, 0, 0, NULL, DAT_QOS_BEST_EFFORT),
+		   DAT_INVALID_ARG3);
+	assert_arg(dat_ep_dup_connect(cep2, p->c.ep, 5 * SEC, -1, NULL, DAT_QOS_BEST_EFFORT),
+		   DAT_INVALID_ARG4);
+	assert_arg(dat_ep_dup_connect(cep2, p->c.ep, 5 * SEC, 8, NULL, DAT_QOS_BEST_EFFORT),
+		   DAT_INVALID_ARG4);
+	/* an EP that accepted knows no service point of its peer's */
+	assert_arg(dat_ep_dup_connect(sep2, p->s.ep, 5 * SEC, 0, NULL, DAT_QOS_BEST_EFFORT),
+		   DAT_INVALID_ARG2);
+	fill(pd, sizeof(pd), 4);
+	assert_ok(dat_ep_dup_connect(cep2, p->c.ep, 5 * SEC, sizeof(pd), pd,
+				     DAT_QOS_BEST_EFFORT));
+	cr = wait_cr(&p->s, p->psp, p->port);
+	memset(&crp, 0, sizeof(crp));
+	assert_ok(dat_cr_query(cr, DAT_CR_FIELD_ALL, &crp));
+	assert_int_equal(crp.private_data_size, sizeof(pd));
+	assert_memory_equal(crp.private_data, pd, sizeof(pd));
+	assert_ok(dat_cr_accept(cr, sep2, 0, NULL));
+	expect_conn(p->s.conn, DAT_CONNECTION_EVENT_ESTABLISHED, sep2, 5000, "server", NULL);
+	expect_conn(p->c.conn, DAT_CONNECTION_EVENT_ESTABLISHED, cep2, 5000, "client", NULL);
+	data_both_ways(p, sep2, cep2, 41);
+	data_both_ways(p, p->s.ep, p->c.ep, 43);	/* the first connection still works */
+	disconnect_both(p, sep2, cep2);
+	assert_ok(dat_ep_free(cep2));
+	assert_ok(dat_ep_free(sep2));
+	/* a freed EP, either way round */
+	assert_err(dat_ep_dup_connect(cep2, p->c.ep, 5 * SEC, 0, NULL, DAT_QOS_BEST_EFFORT),
+		   DAT_INVALID_HANDLE);
+	assert_rc(dat_ep_dup_connect(p->s.ep, cep2, 5 * SEC, 0, NULL, DAT_QOS_BEST_EFFORT),
+		  ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EP));
+	assert_ok(dat_ep_get_status(p->c.ep, &st, NULL, NULL));
+	assert_int_equal(st, DAT_EP_STATE_CONNECTED);
+	alarm(0);
+}
+
+/* A common service point on 127.0.0.1, port chosen by the provider;
+ * dat_ep_common_connect to the address dat_csp_query reports. */
+static void test_csp_common_connect(void **state)
+{
+	struct pair *p = *state;
+	DAT_IA_HANDLE sia = provider_ia(p->s.cr);
+	DAT_PROVIDER *prov = DAT_HANDLE_TO_PROVIDER(p->c.ep);
+	struct sockaddr_in a = loopback(), six;
+	DAT_COMM udp = { AF_INET, SOCK_DGRAM, 0 };
+	DAT_CSP_HANDLE csp, stale;
+	DAT_CSP_PARAM cp;
+	DAT_EVENT ev;
+	DAT_CR_HANDLE cr;
+	DAT_EP_STATE st;
+
+	watchdog(__func__, 60);
+	memset(&six, 0, sizeof(six));
+	six.sin_family = AF_INET6;
+	a.sin_port = 0;
+	/* bad arguments */
+	assert_rc(prov->csp_create_func(p->s.pz, NULL, (DAT_IA_ADDRESS_PTR)&a, p->s.cr, &csp),
+		  ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_IA));
+	assert_arg(prov->csp_create_func(sia, &udp, (DAT_IA_ADDRESS_PTR)&a, p->s.cr, &csp),
+		   DAT_INVALID_ARG2);
+	assert_arg(prov->csp_create_func(sia, NULL, NULL, p->s.cr, &csp), DAT_INVALID_ARG3);
+	assert_err(prov->csp_create_func(sia, NULL, (DAT_IA_ADDRESS_PTR)&six, p->s.cr, &csp),
+		   DAT_INVALID_ADDRESS);
+	assert_rc(prov->csp_create_func(sia, NULL, (DAT_IA_ADDRESS_PTR)&a, p->s.conn, &csp),
+		  ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EVD_CR));
+	assert_arg(prov->csp_create_func(sia, NULL, (DAT_IA_ADDRESS_PTR)&a, p->s.cr, NULL),
+		   DAT_INVALID_ARG5);
+
+	assert_ok(prov->csp_create_func(sia, NULL, (DAT_IA_ADDRESS_PTR)&a, p->s.cr, &csp));
+	memset(&cp, 0, sizeof(cp));
+	assert_ok(prov->csp_query_func(csp, DAT_CSP_FIELD_ALL, &cp));
+	assert_ptr_equal(cp.ia_handle, sia);
+	assert_ptr_equal(cp.evd_handle, p->s.cr);
+	assert_non_null(cp.comm);
+	assert_int_equal(cp.comm->type, SOCK_STREAM);
+	assert_non_null(cp.address_ptr);
+	assert_int_equal(cp.address_ptr->sa_family, AF_INET);
+	memcpy(&a, cp.address_ptr, sizeof(a));
+	assert_int_equal(ntohl(a.sin_addr.s_addr), INADDR_LOOPBACK);
+	assert_int_not_equal(a.sin_port, 0);
+	assert_rc(prov->csp_query_func(p->psp, DAT_CSP_FIELD_ALL, &cp),
+		  ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_CSP));
+	assert_arg(prov->csp_query_func(csp, DAT_CSP_FIELD_ALL, NULL), DAT_INVALID_ARG3);
+	assert_arg(prov->csp_query_func(csp, 0x100, &cp), DAT_INVALID_ARG2);
+
+	/* common connect: bad arguments, then to the CSP */
+	six.sin_family = AF_INET;
+	six.sin_addr.s_addr = htonl(INADDR_LOOPBACK);	/* port 0 */
+	assert_err(prov->ep_common_connect_func(p->c.ep, (DAT_IA_ADDRESS_PTR)&six, 5 * SEC, 0,
+						NULL), DAT_INVALID_ADDRESS);
+	assert_err(prov->ep_common_connect_func(p->c.ep, NULL, 5 * SEC, 0, NULL),
+		   DAT_INVALID_ADDRESS);
+	assert_arg(prov->ep_common_connect_func(p->c.ep, (DAT_IA_ADDRESS_PTR)&a, 5 * SEC, -2,
+						NULL), DAT_INVALID_ARG4);
+	assert_rc(prov->ep_common_connect_func(p->c.pz, (DAT_IA_ADDRESS_PTR)&a, 5 * SEC, 0, NULL),
+		  ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EP));
+	assert_ok(prov->ep_common_connect_func(p->c.ep, (DAT_IA_ADDRESS_PTR)&a, 5 * SEC, 0, NULL));
+	assert_ok(wait_ev(p->s.cr, 5000, &ev));
+	assert_int_equal(ev.event_number, DAT_CONNECTION_REQUEST_EVENT);
+	assert_ptr_equal(ev.event_data.cr_arrival_event_data.sp_handle.csp_handle, csp);
+	assert_int_equal(ev.event_data.cr_arrival_event_data.conn_qual, ntohs(a.sin_port));
+	cr = ev.event_data.cr_arrival_event_data.cr_handle;
+	assert_ok(dat_cr_accept(cr, p->s.ep, 0, NULL));
+	expect_conn(p->s.conn, DAT_CONNECTION_EVENT_ESTABLISHED, p->s.ep, 5000, "server", NULL);
+	expect_conn(p->c.conn, DAT_CONNECTION_EVENT_ESTABLISHED, p->c.ep, 5000, "client", NULL);
+	data_both_ways(p, p->s.ep, p->c.ep, 51);
+	disconnect_both(p, p->s.ep, p->c.ep);
+	/* a connected EP cannot connect again */
+	assert_err(prov->ep_common_connect_func(p->c.ep, (DAT_IA_ADDRESS_PTR)&a, 5 * SEC, 0,
+						NULL), DAT_INVALID_STATE);
+	/* the port stays taken while the CSP lives */
+	assert_err(prov->csp_create_func(sia, NULL, (DAT_IA_ADDRESS_PTR)&a, p->s.cr, &stale),
+		   DAT_CONN_QUAL_IN_USE);
+	assert_ok(prov->csp_free_func(csp));
+	stale = csp;
+	assert_rc(prov->csp_free_func(stale), ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_CSP));
+	assert_rc(prov->csp_query_func(stale, DAT_CSP_FIELD_ALL, &cp),
+		  ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_CSP));
+	/* gone: nothing listens there any more */
+	assert_ok(dat_ep_reset(p->c.ep));
+	assert_ok(prov->ep_common_connect_func(p->c.ep, (DAT_IA_ADDRESS_PTR)&a, 5 * SEC, 0, NULL));
+	expect_conn(p->c.conn, DAT_CONNECTION_EVENT_PEER_REJECTED, p->c.ep, 2000, "client", NULL);
+	assert_ok(dat_ep_get_status(p->c.ep, &st, NULL, NULL));
+	assert_int_equal(st, DAT_EP_STATE_DISCONNECTED);
+	alarm(0);
+}
+
+/* dat_ep_reset leaves the EP as dat_ep_create does: its endpoint opened
+ * ahead again (a socket, which freeing the EP closes), so the next
+ * connect only connects; and it connects. */
+static void test_ep_reset_preopens(void **state)
+{
+	struct pair *p = *state;
+	const char *v = getenv("DAPL_OFI_EP_PREOPEN");
+	bool ahead = !v || atol(v) > 0;
+	DAT_EP_ATTR a = ep_attr(EP_DTOS, EP_DTOS);
+	DAT_CONN_QUAL dead = dead_port(&p->s);
+	int after_reset, after_free;
+
+	watchdog(__func__, 60);
+	for (int round = 0; round < 2; round++) {
+		assert_ok(connect_to(p->c.ep, dead, NULL, 0));
+		expect_conn(p->c.conn, DAT_CONNECTION_EVENT_PEER_REJECTED, p->c.ep, 2000,
+			    "client", NULL);
+		assert_ok(dat_ep_reset(p->c.ep));
+		assert_int_equal(ep_state(p->c.ep), DAT_EP_STATE_UNCONNECTED);
+	}
+	after_reset = open_fds();
+	assert_ok(dat_ep_free(p->c.ep));
+	after_free = open_fds();
+	print_message("# open files: %d after the resets, %d once the EP is freed\n",
+		      after_reset, after_free);
+	if (ahead && after_reset - after_free < 1)
+		fail_msg("freeing a reset EP closed no file: dat_ep_reset did not open its "
+			 "endpoint ahead again");
+	if (!ahead && after_reset != after_free)
+		fail_msg("DAPL_OFI_EP_PREOPEN=0, yet freeing a reset EP closed %d files",
+			 after_reset - after_free);
+	assert_ok(side_ep(&p->c, &a));
+	assert_ok(connect_to(p->c.ep, dead, NULL, 0));
+	expect_conn(p->c.conn, DAT_CONNECTION_EVENT_PEER_REJECTED, p->c.ep, 2000, "client", NULL);
+	assert_ok(dat_ep_reset(p->c.ep));
+	establish(p);
+	data_both_ways(p, p->s.ep, p->c.ep, 61);
+	alarm(0);
+}
+
 /* ============================ the progress thread beside a waiting target */
 
 /* Context switches of this process's progress threads (named dfi-progress
@@ -4124,6 +4519,13 @@ int main(int argc, char **argv)
 		TP(test_cm_posts_race_disconnect),
 		TP(test_cm_preopen_fds_come_back),
 		TP(test_cm_preopen_modify_then_connect),
+		/* DAT 2.0 connection calls */
+		TP(test_psp_provider_flag),
+		TP(test_cr_handoff),
+		TP(test_cr_handoff_provider_ep),
+		TP(test_ep_dup_connect),
+		TP(test_csp_common_connect),
+		TP(test_ep_reset_preopens),
 		/* 2. data */
 		TP(test_send_recv_segments),
 		TP(test_many_receives_before_connect),
