@@ -108,6 +108,10 @@ $(INTEG_BINS): $(B)/tests/%: $(B)/obj/tests/integ/%.o
 	$(CC) -o $@ $^ $(ALL_LDFLAGS) $(CMOCKA_LIBS) -ldat2
 
 $(B)/obj/tests/%.o: EXTRA_CFLAGS = $(CMOCKA_CFLAGS) -Wno-missing-prototypes
+# The cleanup of a cancelled wait (pthread_cleanup_push) as a cleanup
+# attribute that the unwinder runs: no setjmp on each sleep, which glibc's
+# fallback for code built without exceptions makes.
+$(B)/obj/src/event/evd_core.o $(B)/obj/src/event/cno_core.o: EXTRA_CFLAGS = -fexceptions
 
 # dat.conf for the build tree: entries point at the library just built.
 $(DATCONF): Makefile | $(LIB)

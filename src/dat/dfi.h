@@ -373,6 +373,8 @@ static inline void dfi_ep_set_state(struct dfi_ep *ep, DAT_EP_STATE st)
 void *dfi_obj_new(struct dfi_ia *ia, enum dfi_type type, size_t size);
 /* Unlink (IA lock taken inside), poison and quarantine. */
 void dfi_obj_retire(void *obj);
+/* Take an object out of its IA's list without freeing it. */
+void dfi_obj_unlink(void *obj);
 /* Free every quarantined object (library unload). */
 void dfi_quarantine_flush(void);
 
