@@ -435,6 +435,9 @@ DAT_RETURN dfi_cno_fd_create(DAT_IA_HANDLE ia, DAT_FD *fd, DAT_CNO_HANDLE *cno);
 DAT_RETURN dfi_cno_modify_agent(DAT_CNO_HANDLE cno, DAT_OS_WAIT_PROXY_AGENT agent);
 DAT_RETURN dfi_cno_query(DAT_CNO_HANDLE cno, DAT_CNO_PARAM_MASK mask, DAT_CNO_PARAM *param);
 DAT_RETURN dfi_cno_free(DAT_CNO_HANDLE cno);
+/* cancel.c: point the table's setup, teardown and connection calls at
+ * wrappers that hold thread cancellation off. */
+void dfi_nocancel_table(DAT_PROVIDER *t);
 DAT_RETURN dfi_cno_wait_api(DAT_CNO_HANDLE cno, DAT_TIMEOUT timeout, DAT_EVD_HANDLE *evd);
 DAT_RETURN dfi_cno_trigger_api(DAT_CNO_HANDLE cno, DAT_EVD_HANDLE *evd);
 void dfi_cno_destroy(struct dfi_cno_obj *cno);
