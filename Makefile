@@ -68,9 +68,12 @@ $(B)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -MMD -MP -c -o $@ $<
 
+# -z nodelete: libdat2 dlcloses the provider at the last dat_ia_close, while
+# a thread woken by that close (DAT_ABORT), or one under a signal handler
+# that exit()s, may still run on the provider's code.
 $(LIB): $(call obj,$(LIB_SRCS)) src/dat/libdaplofi.map
 	$(CC) -shared -Wl,-soname,$(SONAME) -Wl,--version-script=src/dat/libdaplofi.map \
-	      -Wl,--no-undefined -o $@ $(call obj,$(LIB_SRCS)) $(ALL_LDFLAGS) -ldat2 $(FABRIC_LIBS)
+	      -Wl,--no-undefined -Wl,-z,nodelete -o $@ $(call obj,$(LIB_SRCS)) $(ALL_LDFLAGS) -ldat2 $(FABRIC_LIBS)
 	ln -sf $(SONAME) $(B)/libdaplofi.so
 
 $(B)/daplofi-info: $(call obj,tools/daplofi-info.c $(UTIL_SRCS))
