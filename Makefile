@@ -37,7 +37,8 @@ EVENT_SRCS  := src/event/evd_core.c src/event/cno_core.c src/event/upcall.c src/
 FABRIC_SRCS := src/fabric/fabric.c src/fabric/cm.c
 DAT_SRCS    := src/dat/provider.c src/dat/stubs.c src/dat/handle.c src/dat/ia.c \
 	       src/dat/pz.c src/dat/lmr.c src/dat/evd.c src/dat/cno.c src/dat/ep.c \
-	       src/dat/dto.c src/dat/conn.c src/dat/progress.c src/dat/rmr.c src/dat/srq.c
+	       src/dat/dto.c src/dat/conn.c src/dat/progress.c src/dat/rmr.c src/dat/srq.c \
+	       src/dat/cancel.c
 LIB_SRCS    := $(UTIL_SRCS) $(EVENT_SRCS) $(FABRIC_SRCS) $(DAT_SRCS)
 CORE_SRCS   := $(UTIL_SRCS) $(EVENT_SRCS)
 
@@ -67,9 +68,12 @@ $(B)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -MMD -MP -c -o $@ $<
 
+# -z nodelete: libdat2 dlcloses the provider at the last dat_ia_close, while
+# a thread woken by that close (DAT_ABORT), or one under a signal handler
+# that exit()s, may still run on the provider's code.
 $(LIB): $(call obj,$(LIB_SRCS)) src/dat/libdaplofi.map
 	$(CC) -shared -Wl,-soname,$(SONAME) -Wl,--version-script=src/dat/libdaplofi.map \
-	      -Wl,--no-undefined -o $@ $(call obj,$(LIB_SRCS)) $(ALL_LDFLAGS) -ldat2 $(FABRIC_LIBS)
+	      -Wl,--no-undefined -Wl,-z,nodelete -o $@ $(call obj,$(LIB_SRCS)) $(ALL_LDFLAGS) -ldat2 $(FABRIC_LIBS)
 	ln -sf $(SONAME) $(B)/libdaplofi.so
 
 # daplofi-info shares the library's ia_params parser, address resolution and
@@ -111,6 +115,10 @@ $(INTEG_BINS): $(B)/tests/%: $(B)/obj/tests/integ/%.o
 	$(CC) -o $@ $^ $(ALL_LDFLAGS) $(CMOCKA_LIBS) -ldat2
 
 $(B)/obj/tests/%.o: EXTRA_CFLAGS = $(CMOCKA_CFLAGS) -Wno-missing-prototypes
+# The cleanup of a cancelled wait (pthread_cleanup_push) as a cleanup
+# attribute that the unwinder runs: no setjmp on each sleep, which glibc's
+# fallback for code built without exceptions makes.
+$(B)/obj/src/event/evd_core.o $(B)/obj/src/event/cno_core.o: EXTRA_CFLAGS = -fexceptions
 
 # dat.conf for the build tree: entries point at the library just built.
 $(DATCONF): Makefile | $(LIB)

@@ -34,7 +34,7 @@ tally() {
 out=$(mktemp)
 step "tests (gcc)";          tests/run.sh plain build all | tee "$out"; tally "$out"
 step "tests (ASan+UBSan)";   tests/run.sh asan build/asan all | tee "$out"; tally "$out"
-step "tests (TSan: event core, upcall stress, connection events)"; tests/run.sh tsan build/tsan unit | tee "$out"; tally "$out"
+step "tests (TSan: event core, upcall stress, connection events, cancellation)"; tests/run.sh tsan build/tsan unit | tee "$out"; tally "$out"
 step "protocol model (spin)"; model/check.sh -j "$jobs" | tee "$out"; tally "$out"
 step "stock programs under valgrind"; tests/run.sh valgrind build stock | tee "$out"; tally "$out"
 # the benchmark scripts with tiny counts: fail only if a benchmark program

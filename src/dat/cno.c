@@ -162,6 +162,12 @@ DAT_RETURN dfi_cno_trigger_api(DAT_CNO_HANDLE h, DAT_EVD_HANDLE *evd)
 
 void dfi_cno_destroy(struct dfi_cno_obj *c)
 {
-	dfi_cno_kill(&c->core);
+	if (!dfi_cno_kill(&c->core)) {
+		/* as dfi_evd_destroy: its waiter is this thread */
+		dfi_warn(DFI_SS_CNO, "CNO %p: closed from a signal handler on top of its own "
+			 "dat_cno_wait: left allocated", (void *)c);
+		dfi_obj_unlink(c);
+		return;
+	}
 	cno_release(c);
 }

@@ -388,6 +388,8 @@ static inline void dfi_ep_set_state(struct dfi_ep *ep, DAT_EP_STATE st)
 void *dfi_obj_new(struct dfi_ia *ia, enum dfi_type type, size_t size);
 /* Unlink (IA lock taken inside), poison and quarantine. */
 void dfi_obj_retire(void *obj);
+/* Take an object out of its IA's list without freeing it. */
+void dfi_obj_unlink(void *obj);
 /* Free every quarantined object (library unload). */
 void dfi_quarantine_flush(void);
 
@@ -448,6 +450,9 @@ DAT_RETURN dfi_cno_fd_create(DAT_IA_HANDLE ia, DAT_FD *fd, DAT_CNO_HANDLE *cno);
 DAT_RETURN dfi_cno_modify_agent(DAT_CNO_HANDLE cno, DAT_OS_WAIT_PROXY_AGENT agent);
 DAT_RETURN dfi_cno_query(DAT_CNO_HANDLE cno, DAT_CNO_PARAM_MASK mask, DAT_CNO_PARAM *param);
 DAT_RETURN dfi_cno_free(DAT_CNO_HANDLE cno);
+/* cancel.c: point the table's setup, teardown and connection calls at
+ * wrappers that hold thread cancellation off. */
+void dfi_nocancel_table(DAT_PROVIDER *t);
 DAT_RETURN dfi_cno_wait_api(DAT_CNO_HANDLE cno, DAT_TIMEOUT timeout, DAT_EVD_HANDLE *evd);
 DAT_RETURN dfi_cno_trigger_api(DAT_CNO_HANDLE cno, DAT_EVD_HANDLE *evd);
 void dfi_cno_destroy(struct dfi_cno_obj *cno);

@@ -278,7 +278,15 @@ DAT_RETURN dfi_evd_free(DAT_EVD_HANDLE h)
 
 void dfi_evd_destroy(struct dfi_evd *evd)
 {
-	dfi_evq_abort(&evd->q);
+	if (!dfi_evq_abort(&evd->q)) {
+		/* Its waiter is this thread, interrupted by a signal handler
+		 * that closes the IA (exit() and an atexit handler): leave the
+		 * EVD, out of the IA's list, for the wait below to return from. */
+		dfi_warn(DFI_SS_EVD, "EVD %p: closed from a signal handler on top of its own "
+			 "dat_evd_wait: left allocated", (void *)evd);
+		dfi_obj_unlink(evd);
+		return;
+	}
 	evd_release(evd);
 }
 

@@ -31,16 +31,24 @@ void *dfi_obj_new(struct dfi_ia *ia, enum dfi_type type, size_t size)
 	return o;
 }
 
-void dfi_obj_retire(void *obj)
+void dfi_obj_unlink(void *obj)
 {
-	struct dfi_obj *o = obj, *victim = NULL;
+	struct dfi_obj *o = obj;
 
 	if (o->ia && o->next) {
 		pthread_mutex_lock(&o->ia->lock);
 		o->prev->next = o->next;
 		o->next->prev = o->prev;
+		o->next = o->prev = NULL;
 		pthread_mutex_unlock(&o->ia->lock);
 	}
+}
+
+void dfi_obj_retire(void *obj)
+{
+	struct dfi_obj *o = obj, *victim = NULL;
+
+	dfi_obj_unlink(o);
 	/* Poison: keep the provider pointer (the registry dispatches through
 	 * it) and the size; everything else is garbage from now on. */
 	memset((char *)o + sizeof(DAT_PROVIDER *), 0xdb, o->size - sizeof(DAT_PROVIDER *));

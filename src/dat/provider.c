@@ -20,8 +20,16 @@ static DAT_RETURN dfi_extendedop(DAT_HANDLE h, DAT_EXTENDED_OP op, va_list args)
 	switch (op) {
 	case DAT_OFI_EVD_KCREATE_OP:
 	case DAT_OFI_EVD_MODIFY_UPCALL_OP:
-	case DAT_OFI_EVD_QUERY_UPCALL_OP:
-		return dfi_evd_extension(h, op, args);
+	case DAT_OFI_EVD_QUERY_UPCALL_OP: {
+		/* TEARDOWN and free wait for upcalls: no cancellation (cancel.c) */
+		DAT_RETURN rc;
+		int cs;
+
+		pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs);
+		rc = dfi_evd_extension(h, op, args);
+		pthread_setcancelstate(cs, NULL);
+		return rc;
+	}
 	default:
 		dfi_reject(DFI_SS_API, "extension op 0x%x on handle %p: not a dapl-ofi "
 			   "extension (the IB extension is not implemented)", (unsigned)op,
@@ -112,6 +120,7 @@ static void fill_table(struct dfi_provider *p)
 	t->ep_recv_query_func = dfi_ep_recv_query;
 	t->ep_set_watermark_func = dfi_ep_set_watermark;
 	t->handle_extendedop_func = dfi_extendedop;
+	dfi_nocancel_table(t);	/* the calls that hold cancellation off */
 }
 
 __attribute__((visibility("default")))

@@ -59,7 +59,8 @@ void dfi_cno_fini(struct dfi_cno *c)
 
 static void maybe_idle(struct dfi_cno *c)
 {
-	if (c->waiters == 0 && c->busy == 0)
+	/* dfi_cno_kill may wait for all waiters but one (itself) */
+	if ((c->waiters == 0 && c->busy == 0) || c->state == DFI_CNO_DEAD)
 		pthread_cond_broadcast(&c->idle);
 }
 
@@ -119,14 +120,68 @@ static DAT_EVD_HANDLE consume(struct dfi_cno *c)
 	return h;
 }
 
+/* The CNO this thread sleeps in (dfi_cno_kill from a signal handler on
+ * top of the wait must not wait for it). */
+static __thread struct dfi_cno *cno_waiting;
+
+struct cno_waiter {
+	struct dfi_cno *c;
+	unsigned gen;
+};
+
+/* A waiter leaves (lock held; it has counted itself out). */
+static void waiter_left(struct dfi_cno *c, unsigned gen)
+{
+	/* The last waiter out clears a release readiness. */
+	if (c->waiters == 0 && c->state == DFI_CNO_UNTRIGGERED && c->release_gen != gen)
+		fd_clear(c);
+	maybe_idle(c);
+}
+
+/* Cancelled in its sleep, where it holds no lock: leave as a waiter that
+ * times out does (a trigger stays for the next waiter). */
+static void wait_cancelled(void *arg)
+{
+	struct cno_waiter *w = arg;
+
+	pthread_mutex_lock(&w->c->lock);
+	w->c->waiters--;
+	waiter_left(w->c, w->gen);
+	pthread_mutex_unlock(&w->c->lock);
+	cno_waiting = NULL;
+}
+
+/* The only point of dfi_cno_wait where cancellation may act. */
+static int sleep_cancellable(struct cno_waiter *w, uint64_t deadline, int cstate)
+{
+	int r, type;
+
+	pthread_cleanup_push(wait_cancelled, w);
+	/* Deferred even for an asynchronous consumer: the cancel then acts
+	 * in ppoll, at a call.  Between calls gcc's C personality routine
+	 * finds no call site and would unwind past the cleanup. */
+	pthread_setcanceltype(PTHREAD_CANCEL_DEFERRED, &type);
+	pthread_setcancelstate(cstate, NULL);
+	r = dfi_sleep_fds(&w->c->fd, 1, deadline);
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, NULL);
+	pthread_setcanceltype(type, NULL);
+	pthread_cleanup_pop(0);
+	return r;
+}
+
 DAT_RETURN dfi_cno_wait(struct dfi_cno *c, DAT_TIMEOUT timeout, DAT_EVD_HANDLE *evd)
 {
 	uint64_t deadline = dfi_deadline(timeout);
+	struct cno_waiter w = { c, 0 };
 	DAT_RETURN rc;
 	unsigned gen;
+	int cstate;
 
+	/* Cancellation acts only in the sleep (see dfi_evq_wait). */
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cstate);
 	pthread_mutex_lock(&c->lock);
 	gen = c->release_gen;
+	w.gen = gen;
 	for (;;) {
 		int r;
 
@@ -146,9 +201,11 @@ DAT_RETURN dfi_cno_wait(struct dfi_cno *c, DAT_TIMEOUT timeout, DAT_EVD_HANDLE *
 			break;
 		}
 		c->waiters++;
+		cno_waiting = c;
 		pthread_mutex_unlock(&c->lock);
-		r = dfi_sleep_fds(&c->fd, 1, deadline);
+		r = sleep_cancellable(&w, deadline, cstate);
 		pthread_mutex_lock(&c->lock);
+		cno_waiting = NULL;
 		c->waiters--;
 		if (r == -EINTR && c->state == DFI_CNO_UNTRIGGERED && c->release_gen == gen) {
 			*evd = NULL;
@@ -156,11 +213,9 @@ DAT_RETURN dfi_cno_wait(struct dfi_cno *c, DAT_TIMEOUT timeout, DAT_EVD_HANDLE *
 			break;
 		}
 	}
-	/* The last waiter out clears a release readiness. */
-	if (c->waiters == 0 && c->state == DFI_CNO_UNTRIGGERED && c->release_gen != gen)
-		fd_clear(c);
-	maybe_idle(c);
+	waiter_left(c, gen);
 	pthread_mutex_unlock(&c->lock);
+	pthread_setcancelstate(cstate, NULL);
 	return rc;
 }
 
@@ -218,15 +273,20 @@ DAT_RETURN dfi_cno_free_check(struct dfi_cno *c)
 	return rc;
 }
 
-void dfi_cno_kill(struct dfi_cno *c)
+bool dfi_cno_kill(struct dfi_cno *c)
 {
+	bool self = cno_waiting == c;
+
 	pthread_mutex_lock(&c->lock);
 	c->state = DFI_CNO_DEAD;
 	c->agent = (DAT_OS_WAIT_PROXY_AGENT){ NULL, NULL };
 	fd_set_ready(c);
-	while (c->waiters > 0 || c->busy > 0)
+	/* A waiter that is this very thread (a signal handler on top of its
+	 * wait closes the IA) cannot leave before we return. */
+	while (c->waiters > (self ? 1 : 0) || c->busy > 0)
 		pthread_cond_wait(&c->idle, &c->lock);
 	pthread_mutex_unlock(&c->lock);
+	return !self;
 }
 
 void dfi_cno_attach(struct dfi_cno *c)

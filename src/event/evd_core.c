@@ -529,12 +529,76 @@ static DAT_RETURN wait_precheck(struct dfi_evq *q, DAT_COUNT threshold)
 	return DAT_SUCCESS;
 }
 
+/* The waiter leaves (lock held), on every exit of dfi_evq_wait and on its
+ * cancellation.  Returns the CNO to trigger once the lock is dropped. */
+static struct dfi_cno *waiter_leave(struct dfi_evq *q, bool cancelled)
+{
+	struct dfi_cno *cno = NULL;
+
+	/* Leave the source armed for the CNO once the waiter is gone (D9). */
+	if (q->enabled && q->cno && q->state != DFI_EVQ_FREEING) {
+		arm_source(q);
+		/* A waiter preempts the CNO (arrived): what it was woken for
+		 * and never took goes to the CNO now, as if it arrived after
+		 * the waiter left.  One that returns reports it in nmore. */
+		if (cancelled && q->count > 0 && !up_active(q)) {
+			dfi_cno_hold(q->cno);
+			cno = q->cno;
+		}
+	}
+	q->waiter = false;
+	if (q->state == DFI_EVQ_WAITED)
+		q->state = DFI_EVQ_OPEN;
+	pthread_cond_broadcast(&q->waiter_left);
+	return cno;
+}
+
+/* The waiter was cancelled in its sleep, where it holds no lock: it leaves
+ * as every exit does, so the next wait, dat_evd_free and dat_ia_close find
+ * the EVD without a waiter. */
+static void wait_cancelled(void *arg)
+{
+	struct dfi_evq *q = arg;
+	DAT_EVD_HANDLE self;
+	struct dfi_cno *cno;
+
+	pthread_mutex_lock(&q->lock);
+	if (q->src && q->src->slept)
+		q->src->slept(q->src_ctx);	/* the fd's sleeper count */
+	q->src_armed = false;	/* it may have fired: the next sleeper re-arms */
+	cno = waiter_leave(q, true);
+	self = q->handle;	/* q may be freed once the lock is dropped */
+	pthread_mutex_unlock(&q->lock);
+	notify_cno(cno, self);	/* held: the CNO outlives q */
+}
+
+/* The only point of dfi_evq_wait where cancellation may act: no lock held,
+ * the state consistent (wait_cancelled undoes the waiter). */
+static int sleep_cancellable(struct dfi_evq *q, const int *fds, int nfds, uint64_t deadline,
+			     int cstate)
+{
+	int r, type;
+
+	pthread_cleanup_push(wait_cancelled, q);
+	/* Deferred even for an asynchronous consumer: the cancel then acts
+	 * in ppoll, at a call.  Between calls gcc's C personality routine
+	 * finds no call site and would unwind past the cleanup. */
+	pthread_setcanceltype(PTHREAD_CANCEL_DEFERRED, &type);
+	pthread_setcancelstate(cstate, NULL);
+	r = dfi_sleep_fds(fds, nfds, deadline);
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, NULL);
+	pthread_setcanceltype(type, NULL);
+	pthread_cleanup_pop(0);
+	return r;
+}
+
 DFI_HOT DAT_RETURN dfi_evq_wait(struct dfi_evq *q, DAT_TIMEOUT timeout, DAT_COUNT threshold,
 				DAT_EVENT *ev, DAT_COUNT *nmore)
 {
 	uint64_t deadline, found_at = 0;	/* polling: when the source last gave events */
 	long slack = -1;		/* the thread's timer slack, while it polls */
 	DAT_RETURN rc;
+	int cstate;
 
 	if (!ev)
 		return DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG4);
@@ -542,13 +606,20 @@ DFI_HOT DAT_RETURN dfi_evq_wait(struct dfi_evq *q, DAT_TIMEOUT timeout, DAT_COUN
 		return DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG5);
 	deadline = dfi_deadline(timeout);
 
+	/* Cancellation is held off for the whole call but the sleep: the
+	 * source's reads and try-waits reach cancellation points inside
+	 * libfabric (tcp: epoll_wait) with its locks and ours held, and so
+	 * do the eventfd reads and the log's writes. */
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cstate);
 	pthread_mutex_lock(&q->lock);
 	rc = wait_precheck(q, threshold);
 	if (rc != DAT_SUCCESS) {
 		pthread_mutex_unlock(&q->lock);
+		pthread_setcancelstate(cstate, NULL);
 		return rc;
 	}
 	q->waiter = true;
+	q->waiter_tid = pthread_self();
 	q->state = DFI_EVQ_WAITED;
 	q->threshold = threshold;
 	count_call(q);
@@ -602,10 +673,9 @@ DFI_HOT DAT_RETURN dfi_evq_wait(struct dfi_evq *q, DAT_TIMEOUT timeout, DAT_COUN
 			if (got > 0 || !found_at)
 				found_at = now;
 			at = now + dfi_poll_sleep_ns(now - found_at);
-
-			r = dfi_sleep_fds(fds, 1, at < deadline ? at : deadline);
+			r = sleep_cancellable(q, fds, 1, at < deadline ? at : deadline, cstate);
 		} else {
-			r = dfi_sleep_fds(fds, 2, deadline);
+			r = sleep_cancellable(q, fds, 2, deadline, cstate);
 		}
 		pthread_mutex_lock(&q->lock);
 		if (q->src && q->src->slept && fds[1] >= 0)
@@ -641,15 +711,11 @@ DFI_HOT DAT_RETURN dfi_evq_wait(struct dfi_evq *q, DAT_TIMEOUT timeout, DAT_COUN
 		prctl(PR_SET_TIMERSLACK, (unsigned long)slack, 0, 0, 0);
 	if (rc == DAT_SUCCESS)
 		ring_pop(q, ev);
-	/* Leave the source armed for the CNO once the waiter is gone (D9). */
-	if (q->enabled && q->cno && q->state != DFI_EVQ_FREEING)
-		arm_source(q);
+	(void)waiter_leave(q, false);	/* a returning waiter triggers nothing */
 	*nmore = (DAT_COUNT)q->count;
-	q->waiter = false;
-	if (q->state == DFI_EVQ_WAITED)
-		q->state = DFI_EVQ_OPEN;
-	pthread_cond_broadcast(&q->waiter_left);
+	/* q may be freed from here on (dat_ia_close waits for this) */
 	pthread_mutex_unlock(&q->lock);
+	pthread_setcancelstate(cstate, NULL);
 	return rc;
 }
 
@@ -868,17 +934,27 @@ DAT_RETURN dfi_evq_free_begin(struct dfi_evq *q)
 	return rc;
 }
 
-void dfi_evq_abort(struct dfi_evq *q)
+bool dfi_evq_abort(struct dfi_evq *q)
 {
 	pthread_mutex_lock(&q->lock);
 	q->state = DFI_EVQ_FREEING;
 	q->enabled = false;
+	if (q->waiter && pthread_equal(q->waiter_tid, pthread_self())) {
+		/* The waiter is this thread, below us on its stack: a signal
+		 * handler interrupted its sleep and closes the IA (or exit()s,
+		 * and an atexit handler does).  It cannot leave before we
+		 * return: waiting would hang the exit.  The EVD stays (a
+		 * handler that returns finds it FREEING: DAT_ABORT). */
+		pthread_mutex_unlock(&q->lock);
+		return false;
+	}
 	if (q->waiter)
 		wake(q);
 	while (q->waiter)
 		pthread_cond_wait(&q->waiter_left, &q->lock);
 	up_quiesce(q);
 	pthread_mutex_unlock(&q->lock);
+	return true;
 }
 
 /* ---------------------------------------------------------------- upcalls */

@@ -103,6 +103,7 @@ struct dfi_evq {
 	bool dead;			/* async EVD that overflowed: catastrophic */
 	bool overflow_latched;		/* one overflow report per episode */
 	bool waiter;			/* a thread is inside dfi_evq_wait */
+	pthread_t waiter_tid;		/* which (valid while waiter) */
 	bool src_armed;			/* source try-wait succeeded, not yet fired */
 	DAT_COUNT threshold;		/* the waiter's */
 	int wake_fd;			/* eventfd, created on the first sleep */
@@ -243,8 +244,10 @@ bool dfi_evq_waited(struct dfi_evq *q);
  * DAT_INVALID_STATE with EVD_IN_USE or EVD_WAITER and nothing changed. */
 DAT_RETURN dfi_evq_free_begin(struct dfi_evq *q);
 /* IA close: mark FREEING, wake the waiter (it returns DAT_ABORT) and wait
- * until it has left.  Then dfi_evq_fini may run. */
-void dfi_evq_abort(struct dfi_evq *q);
+ * until it has left.  Then dfi_evq_fini may run.  false: the waiter is the
+ * calling thread itself (a signal handler on top of its wait): nothing was
+ * waited for, and the EVD must be left allocated. */
+bool dfi_evq_abort(struct dfi_evq *q);
 
 /* ------------------------------------------------------- upcalls (kDAT) */
 
@@ -368,8 +371,10 @@ void dfi_cno_get_agent(struct dfi_cno *c, DAT_OS_WAIT_PROXY_AGENT *agent);
  * DAT_INVALID_STATE|CNO_IN_USE (EVDs attached, a waiter, or an agent call in
  * flight) and nothing changed. */
 DAT_RETURN dfi_cno_free_check(struct dfi_cno *c);
-/* IA close: release every waiter with NULL and wait until none is left. */
-void dfi_cno_kill(struct dfi_cno *c);
+/* IA close: release every waiter with NULL and wait until none is left.
+ * false: one waiter is the calling thread (a signal handler on top of its
+ * wait), not waited for: the CNO must be left allocated. */
+bool dfi_cno_kill(struct dfi_cno *c);
 void dfi_cno_attach(struct dfi_cno *c);
 /* Keep the CNO alive across a trigger made after the EVD lock is dropped. */
 void dfi_cno_hold(struct dfi_cno *c);
@@ -387,7 +392,8 @@ uint64_t dfi_remaining(uint64_t deadline);
 uint64_t dfi_now_ns(void);
 /* ppoll on fds[] (at most 4; -1 entries skipped) until readable or deadline.
  * Returns the readable ones as a mask (bit i: fds[i]; > 0), 0 on timeout,
- * -EINTR on a signal. */
+ * -EINTR on a signal.  A cancellation point (only while the caller has
+ * cancellation enabled), in the sleep itself and nowhere else. */
 int dfi_sleep_fds(const int *fds, int nfds, uint64_t deadline);
 
 #endif
