@@ -140,7 +140,8 @@ check: deps
 model: ; @model/check.sh
 
 # The event core (daplofi-demo, well under a second), then data: a
-# daplofi-perf server and client on 127.0.0.1 (bench/demo, about 10 s).
+# daplofi-perf server and client on 127.0.0.1, fi-raw beside it, and their
+# picture in $(B)/demo (bench/demo, about 5 s; the picture needs gnuplot).
 demo: deps
 	@$(MAKE) --no-print-directory all
 	@DAT_OVERRIDE=$(abspath $(DATCONF)) $(B)/daplofi-demo -P ofi-lo
