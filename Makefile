@@ -153,23 +153,29 @@ check: deps
 model: ; @model/check.sh
 
 # The event core (daplofi-demo, well under a second), then data: a
-# daplofi-perf server and client on 127.0.0.1 (bench/demo, about 10 s).
+# daplofi-perf server and client on 127.0.0.1, fi-raw beside it, and their
+# picture in $(B)/demo (bench/demo, about 5 s; the picture needs gnuplot).
 demo: deps
 	@$(MAKE) --no-print-directory all
 	@DAT_OVERRIDE=$(abspath $(DATCONF)) $(B)/daplofi-demo -P ofi-lo
 	@DAT_OVERRIDE=$(abspath $(DATCONF)) bench/demo $(B)
 
 # dapl-ofi against raw libfabric (fi_pingpong, fi-raw), 5 alternating runs
-# each, medians and ratios (a few minutes), then the polling latencies whose
-# targets sit inside that noise, each from 21 alternating pairs with a 95 %
-# interval, against fi-raw and against its threaded form (the floor)
-# (bench/confidence, about 5 minutes), then what the DAT path adds per
-# message in instructions and system calls, which the host's noise does not
-# move (bench/instr, callgrind, about 1 minute); the report also goes to
-# $(B)/bench-report.md.  bench-smoke: the same with tiny counts (seconds),
-# failing only if a program crashes, hangs or prints nonsense.
-bench: all
-	@DAT_OVERRIDE=$(abspath $(DATCONF)) bench/compare -B $(B) -o $(B)/bench-report.md
+# each, medians and ratios (a few minutes), and a size sweep drawn as
+# latency and bandwidth curves (about a minute; PNG and SVG in
+# $(B)/bench/plots, drawn by gnuplot, which deps installs as root), then
+# the polling latencies whose targets sit inside that noise, each from 21
+# alternating pairs with a 95 % interval, against fi-raw and against its
+# threaded form (the floor) (bench/confidence, about 5 minutes), then what
+# the DAT path adds per message in instructions and system calls, which the
+# host's noise does not move (bench/instr, callgrind, about 1 minute); the
+# report also goes to $(B)/bench-report.md.  bench-smoke: the same with
+# tiny counts (seconds), failing only if a program crashes, hangs or prints
+# nonsense, or bench/plot cannot draw (when gnuplot is installed).
+bench: deps
+	@$(MAKE) --no-print-directory all
+	@DAT_OVERRIDE=$(abspath $(DATCONF)) bench/compare -B $(B) -o $(B)/bench-report.md \
+		-p $(B)/bench/plots
 	@echo; echo "bench/confidence: 8 figures x 21 pairs, about 5 minutes ..."
 	@DAT_OVERRIDE=$(abspath $(DATCONF)) bench/confidence -B $(B) > $(B)/bench-confidence.md; \
 	rc=$$?; { echo; echo "## Polling latency, settled by alternating pairs (bench/confidence)"; \
@@ -178,6 +184,11 @@ bench: all
 	@DAT_OVERRIDE=$(abspath $(DATCONF)) bench/instr -B $(B) --set > $(B)/bench-instr.md; \
 	rc=$$?; { echo; echo "## Per message, in instructions and system calls (bench/instr)"; \
 	echo; cat $(B)/bench-instr.md; } | tee -a $(B)/bench-report.md; exit $$rc
+	@echo; echo "Report: $(B)/bench-report.md"; \
+	if [ -s $(B)/bench/plots/latency.png ]; then \
+		echo "Plots: $(B)/bench/plots/latency.png $(B)/bench/plots/bandwidth.png (and .svg;" \
+		     "redraw: bench/plot $(B)/bench/plots/sweep.csv)"; \
+	else echo "Plots: none (gnuplot-nox is not installed; then: bench/plot $(B)/bench/plots/sweep.csv)"; fi
 
 bench-smoke: all
 	@DAT_OVERRIDE=$(abspath $(DATCONF)) bench/compare -B $(B) --smoke

@@ -1,12 +1,19 @@
 #!/bin/sh
 # Install the Debian 12 packages dapl-ofi needs to build and test, when
-# missing (cmake and patch: tests/apps/pscom.sh builds pscom).  As root:
-# apt-get installs them.  Otherwise: say which.
+# missing.  As root: apt-get installs them.  Otherwise: say which (and fail
+# when a needed one is missing).
 #   scripts/deps.sh [deb] [lint]
 # deb: also what `make deb` needs; lint: also lintian (tests/package/deb.sh).
+# cmake and patch: tests/apps/pscom.sh builds pscom.
+#
+# OPT_PKGS are wanted, not needed: gnuplot-nox draws bench/plot's pictures
+# (make bench, make demo; make check's bench-smoke draws one to test the
+# script).  Without it make demo prints its table only and bench/compare
+# skips its plots, each saying how to get them.
 set -e
 PKGS="make gcc clang pkg-config libdapl-dev dapl2-utils libfabric-dev libfabric-bin \
 libcmocka-dev spin valgrind iproute2 procps cmake patch"
+OPT_PKGS="gnuplot-nox"
 for set in "$@"; do
 	case $set in
 	deb) PKGS="$PKGS build-essential debhelper dpkg-dev" ;;
@@ -14,19 +21,25 @@ for set in "$@"; do
 	*) echo "deps.sh: unknown set '$set' (deb, lint)" >&2; exit 2 ;;
 	esac
 done
-missing=""
+installed() { dpkg-query -W -f='${Status}\n' "$1" 2>/dev/null | grep -q '^install ok installed$'; }
+missing="" opt_missing=""
 for p in $PKGS; do
-	dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed$' ||
-		missing="$missing $p"
+	installed "$p" || missing="$missing $p"
 done
-[ -z "$missing" ] && exit 0
+for p in $OPT_PKGS; do
+	installed "$p" || opt_missing="$opt_missing $p"
+done
+[ -z "$missing$opt_missing" ] && exit 0
 if [ "$(id -u)" = 0 ]; then
-	echo "dapl-ofi: installing missing packages:$missing"
+	echo "dapl-ofi: installing missing packages:$missing$opt_missing"
 	export DEBIAN_FRONTEND=noninteractive
 	apt-get update -qq
-	apt-get install -y -qq -o DPkg::Lock::Timeout=300 --no-install-recommends $missing >/dev/null
-else
-	echo "dapl-ofi: missing packages:$missing" >&2
-	echo "dapl-ofi: run:  sudo apt-get install$missing" >&2
+	apt-get install -y -qq -o DPkg::Lock::Timeout=300 --no-install-recommends \
+		$missing $opt_missing >/dev/null
+elif [ -n "$missing" ]; then
+	echo "dapl-ofi: missing packages:$missing$opt_missing" >&2
+	echo "dapl-ofi: run:  sudo apt-get install$missing$opt_missing" >&2
 	exit 1
+else
+	echo "dapl-ofi: no$opt_missing: no plots (sudo apt-get install$opt_missing)" >&2
 fi
