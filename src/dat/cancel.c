@@ -61,6 +61,14 @@ NOCANCEL(rsp_free, (DAT_RSP_HANDLE rsp), (rsp))
 NOCANCEL(cr_accept, (DAT_CR_HANDLE cr, DAT_EP_HANDLE ep, DAT_COUNT n, const DAT_PVOID pd),
 	 (cr, ep, n, pd))
 NOCANCEL(cr_reject, (DAT_CR_HANDLE cr, DAT_COUNT n, const DAT_PVOID pd), (cr, n, pd))
+NOCANCEL(cr_handoff, (DAT_CR_HANDLE cr, DAT_CONN_QUAL q), (cr, q))
+NOCANCEL(ep_dup_connect, (DAT_EP_HANDLE ep, DAT_EP_HANDLE dup, DAT_TIMEOUT t, DAT_COUNT n,
+			  const DAT_PVOID pd, DAT_QOS qos), (ep, dup, t, n, pd, qos))
+NOCANCEL(ep_common_connect, (DAT_EP_HANDLE ep, DAT_IA_ADDRESS_PTR addr, DAT_TIMEOUT t,
+			     DAT_COUNT n, const DAT_PVOID pd), (ep, addr, t, n, pd))
+NOCANCEL(csp_create, (DAT_IA_HANDLE ia, DAT_COMM *comm, DAT_IA_ADDRESS_PTR addr,
+		      DAT_EVD_HANDLE evd, DAT_CSP_HANDLE *csp), (ia, comm, addr, evd, csp))
+NOCANCEL(csp_free, (DAT_CSP_HANDLE csp), (csp))
 NOCANCEL(srq_create, (DAT_IA_HANDLE ia, DAT_PZ_HANDLE pz, DAT_SRQ_ATTR *a, DAT_SRQ_HANDLE *srq),
 	 (ia, pz, a, srq))
 NOCANCEL(srq_free, (DAT_SRQ_HANDLE srq), (srq))
@@ -101,6 +109,11 @@ void dfi_nocancel_table(DAT_PROVIDER *t)
 	t->rsp_free_func = nc_rsp_free;
 	t->cr_accept_func = nc_cr_accept;
 	t->cr_reject_func = nc_cr_reject;
+	t->cr_handoff_func = nc_cr_handoff;
+	t->ep_dup_connect_func = nc_ep_dup_connect;
+	t->ep_common_connect_func = nc_ep_common_connect;
+	t->csp_create_func = nc_csp_create;
+	t->csp_free_func = nc_csp_free;
 	t->srq_create_func = nc_srq_create;
 	t->srq_free_func = nc_srq_free;
 	t->srq_resize_func = nc_srq_resize;

@@ -325,6 +325,7 @@ struct dfi_evd {
 	/* Whether the consumer polls the CQ, by its call rate over the last
 	 * window (progress.c, consumer_polls), and the thread's last pass */
 	bool polls;
+	uint8_t slow;			/* slow windows in a row (two make a non-poller) */
 	uint32_t rate_calls, rate_waits;	/* calls and waits at the window's start */
 	uint64_t rate_at, pass_end;	/* the window's start; the pass's end (ns) */
 	uint64_t park_until, park_step;	/* next look; the current backoff (ns) */

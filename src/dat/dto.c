@@ -609,6 +609,9 @@ POST_INLINE DAT_RETURN post_locked(struct dfi_ep *ep, DAT_COUNT nseg, DAT_LMR_TR
 	DAT_VLEN total = 0;
 	int i, n = 0, rc;
 
+	after->evd = kind == POST_RECV ? ep->recv_evd : ep->req_evd;	/* its completion's */
+	if (after->evd)
+		dfi_evq_posting(&after->evd->q, true);	/* post() clears it */
 	if (kind == POST_RECV && ep->srq)
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG1),
 				  "EP %p takes its receives from SRQ %p: post them with "
@@ -650,7 +653,6 @@ POST_INLINE DAT_RETURN post_locked(struct dfi_ep *ep, DAT_COUNT nseg, DAT_LMR_TR
 		      ((flags & DAT_COMPLETION_UNSIGNALLED_FLAG) && kind != POST_RECV &&
 		       (ep->attr.request_completion_flags & DAT_COMPLETION_UNSIGNALLED_FLAG));
 
-	after->evd = kind == POST_RECV ? ep->recv_evd : ep->req_evd;	/* its completion's */
 	if (ep->state == DAT_EP_STATE_DISCONNECTED ||
 	    ep->state == DAT_EP_STATE_DISCONNECT_PENDING) {
 		/* A DTO posted to a disconnected EP completes flushed (the
@@ -738,9 +740,12 @@ POST_INLINE DAT_RETURN post(DAT_EP_HANDLE h, DAT_COUNT nseg, DAT_LMR_TRIPLET *io
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EP),
 				  "%p is not an EP handle", (void *)h);
 	after.posted = after.flushed = false;
+	after.evd = NULL;
 	pthread_mutex_lock(&ep->post_lock);
 	rc = post_locked(ep, nseg, iov, cookie, remote, flags, kind, &after);
 	pthread_mutex_unlock(&ep->post_lock);
+	if (after.evd)
+		dfi_evq_posting(&after.evd->q, false);
 	if (kind != POST_RECV &&
 	    atomic_load_explicit(&ep->sendq->fence_due, memory_order_seq_cst)) {
 		/* a completion found post_lock busy (fence_kick) */

@@ -245,10 +245,12 @@ static void progress_all_cqs(struct dfi_ia *ia)
 	poll_rcqs(ia, false);
 }
 
-/* Whether evd's consumer polls its CQ (IA lock held): in the last window
- * with calls (on evd or its partner), a wait, or at least one call per
- * POLL_GAP_NS.  A poller's own reads move its EPs within a few us, and a
- * waiter's wake-ups (one that posts, then waits, makes few calls).  A consumer that
+/* Whether evd's consumer polls its CQ (IA lock held): found inside a call
+ * on evd or its partner at a look, or, in the last window with calls, a wait or at
+ * least one call per POLL_GAP_NS; it stops polling after two slow windows
+ * in a row found it outside.  A poller's own reads move its EPs within a
+ * few us, and a waiter's wake-ups (one that posts, then waits, makes few
+ * calls), and a streamer's long calls (each copies data in or out).  A consumer that
  * calls once per message and then spins on memory (MPI one-sided, pscom's
  * eager rings: a post and a reap per round trip) moves nothing while it
  * spins, and an incoming RDMA write would wait for this thread's next
@@ -257,19 +259,29 @@ static void progress_all_cqs(struct dfi_ia *ia)
  * poller held up (descheduled, behind a lock) makes none, and a consumer
  * that makes none at all is not seen within the lease anyway.  A window
  * shorter than RATE_MIN_NS keeps it too. */
-static void consumer_polls(struct dfi_evd *evd, uint32_t calls, uint64_t now)
+static void consumer_polls(struct dfi_evd *evd, uint32_t calls, uint64_t now, bool look)
 {
 	uint32_t waits = dfi_evq_waits(&evd->q);
 
 	if (evd->partner)
 		waits += dfi_evq_waits(&evd->partner->q);
-	if (!evd->rate_at) {
-		evd->polls = true;	/* until a window says otherwise */
+	if (!evd->rate_at || (look && (dfi_evq_inside(&evd->q) ||
+				       (evd->partner && dfi_evq_inside(&evd->partner->q))))) {
+		/* inside a call at a look: a streamer's calls are few but
+		 * long (libfabric copies the data inside them).  Not at an
+		 * fd's wake-up: the consumer's own post fires its CQ's fd,
+		 * and finds it inside that post. */
+		evd->polls = true;
+		evd->slow = 0;
 	} else if (now - evd->rate_at < RATE_MIN_NS) {
 		return;
 	} else if (calls != evd->rate_calls) {
-		evd->polls = waits != evd->rate_waits ||
-			     (uint64_t)(calls - evd->rate_calls) * POLL_GAP_NS >= now - evd->rate_at;
+		bool fast = waits != evd->rate_waits ||
+			    (uint64_t)(calls - evd->rate_calls) * POLL_GAP_NS >= now - evd->rate_at;
+
+		evd->slow = fast ? 0 : evd->slow < 2 ? evd->slow + 1 : 2;
+		if (fast || evd->slow == 2)
+			evd->polls = fast;
 	}
 	evd->rate_calls = calls;
 	evd->rate_waits = waits;
@@ -287,7 +299,7 @@ static void consumer_polls(struct dfi_evd *evd, uint32_t calls, uint64_t now)
  * reads move those EPs (on an RDMA target, a waiter for receives and this
  * thread on the request CQ both woke for every incoming write).  IA lock
  * held. */
-static bool consumer_drives(struct dfi_ia *ia, struct dfi_evd *evd, uint64_t now)
+static bool consumer_drives(struct dfi_ia *ia, struct dfi_evd *evd, uint64_t now, bool look)
 {
 	uint32_t c = dfi_evq_calls(&evd->q);
 	bool active;
@@ -298,7 +310,7 @@ static bool consumer_drives(struct dfi_ia *ia, struct dfi_evd *evd, uint64_t now
 		evd->calls_seen = c;
 		evd->calls_moved = now;
 	}
-	consumer_polls(evd, c, now);
+	consumer_polls(evd, c, now, look);
 	active = ia->lease_ns && evd->polls && evd->calls_moved &&
 		 now - evd->calls_moved < ia->lease_ns;
 	if (!active && ia->lease_ns && evd->partner)
@@ -377,7 +389,7 @@ static uint64_t park_cq(struct dfi_ia *ia, struct dfi_evd *evd, uint64_t now)
  * follows at once.  Returns when to look again (0: watched). */
 static uint64_t lease(struct dfi_ia *ia, struct dfi_evd *evd, uint64_t now)
 {
-	if (consumer_drives(ia, evd, now))
+	if (consumer_drives(ia, evd, now, true))
 		return park_cq(ia, evd, now);
 	evd->parked = false;
 	ia->nparked--;
@@ -695,7 +707,7 @@ static void *progress_main(void *arg)
 				pthread_mutex_unlock(&ia->lock);
 				continue;	/* evd may be freed */
 			}
-			park = evd->cq && consumer_drives(ia, evd, now);
+			park = evd->cq && consumer_drives(ia, evd, now, false);
 			if (park)
 				lease_at = earliest(lease_at, park_cq(ia, evd, now));
 			pthread_mutex_unlock(&ia->lock);

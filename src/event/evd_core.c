@@ -405,6 +405,11 @@ bool dfi_evq_consumer_drives(struct dfi_evq *q, bool active)
 	return r;
 }
 
+bool dfi_evq_inside(struct dfi_evq *q)
+{
+	return atomic_load_explicit(&q->posting, memory_order_relaxed) || dfi_evq_waited(q);
+}
+
 bool dfi_evq_waited(struct dfi_evq *q)
 {
 	bool r;

@@ -137,6 +137,7 @@ struct dfi_evq {
 	 * the EVD, and so its source, itself. */
 	_Atomic uint32_t calls;
 	_Atomic uint32_t waits;		/* of which dat_evd_wait calls (the same way) */
+	_Atomic int posting;		/* a post feeding q is under way (dfi_evq_posting) */
 
 	/* statistics, read by tests and the info tool */
 	uint64_t n_posted, n_dropped, n_wakeups, n_upcalls;
@@ -218,6 +219,18 @@ static inline uint32_t dfi_evq_waits(struct dfi_evq *q)
 {
 	return atomic_load_explicit(&q->waits, memory_order_relaxed);
 }
+
+/* A post feeding q begins (true) or ends (false): a long one (libfabric
+ * tcp sends the data inside fi_write) is the consumer at work, as a
+ * dequeue holding q's lock is.  Plain stores: the reader only samples. */
+static inline void dfi_evq_posting(struct dfi_evq *q, bool on)
+{
+	atomic_store_explicit(&q->posting, on, memory_order_relaxed);
+}
+
+/* Progress context: whether the consumer is inside a call on q right now:
+ * a post feeding it, or a dequeue or wait (its lock held, or a waiter). */
+bool dfi_evq_inside(struct dfi_evq *q);
 
 /* A call that counts as the consumer's activity on q without entering it
  * (a post whose completion q will get): no lock needed.  A plain load and
