@@ -1163,22 +1163,27 @@ static inline uint8_t perf_next_seq(struct perf_run *r)
 	return r->seq;
 }
 
-/* Spin until the last byte of an incoming RDMA write carries v, reaping
- * request completions meanwhile: dat_evd_dequeue / fi_cq_read, which also
- * drives the provider's progress. */
-static inline int perf_poll_byte(struct perf_run *r, size_t size, uint8_t v)
+/* Spin until the last byte of an incoming RDMA write carries v.  call:
+ * reaping request completions meanwhile (dat_evd_dequeue / fi_cq_read,
+ * which also drives the provider's progress: write_lat); otherwise calling
+ * nothing of the transport, as MPI one-sided and pscom's eager rings poll
+ * memory (write_idle_lat): only the provider, on its own, can place the
+ * peer's write. */
+static inline int perf_poll_byte(struct perf_run *r, size_t size, uint8_t v, bool call)
 {
-	volatile uint8_t *p = r->rdma + size - 1;
+	const uint8_t *p = r->rdma + size - 1;
 	uint64_t deadline = 0;
 	unsigned spins = 0;
 
-	while (*p != v) {
-		/* always call in: a raw libfabric target has no other progress */
-		int n = r->ops->req_done(r->x, r->outstanding > 0 ? r->outstanding : 1, 0);
+	while (__atomic_load_n(p, __ATOMIC_ACQUIRE) != v) {
+		if (call) {
+			/* a raw libfabric target has no other progress */
+			int n = r->ops->req_done(r->x, r->outstanding > 0 ? r->outstanding : 1, 0);
 
-		if (n < 0)
-			return PERF_ERR;
-		r->outstanding -= n;
+			if (n < 0)
+				return PERF_ERR;
+			r->outstanding -= n;
+		}
 		if (++spins == 4096) {
 			uint64_t t = perf_now();
 
@@ -1186,7 +1191,10 @@ static inline int perf_poll_byte(struct perf_run *r, size_t size, uint8_t v)
 			if (!deadline)
 				deadline = t + r->timeout_ns;
 			else if (t > deadline)
-				return perf_timeout(r, "write_lat: polling for the peer's RDMA write");
+				return perf_timeout(r, call ? "write_lat: polling for the peer's RDMA "
+							      "write" :
+							      "write_idle_lat: spinning, calling "
+							      "nothing, for the peer's RDMA write");
 		}
 	}
 	return PERF_OK;
@@ -1206,31 +1214,6 @@ static inline int perf_idle_until(struct perf_run *r, size_t size, uint8_t v, ui
 			return perf_timeout(r, "write_idle: waiting, calling nothing, for the last "
 					    "RDMA write to land");
 		nanosleep(&look, NULL);
-	}
-	return PERF_OK;
-}
-
-/* write_idle_lat: spin on the last byte of the RDMA region until it
- * carries v, calling nothing of the transport (MPI one-sided and pscom's
- * eager rings poll memory so): only the provider, on its own, can place
- * the peer's write. */
-static inline int perf_spin_byte(struct perf_run *r, size_t size, uint8_t v)
-{
-	const uint8_t *p = r->rdma + size - 1;
-	uint64_t deadline = 0;
-	unsigned spins = 0;
-
-	while (__atomic_load_n(p, __ATOMIC_ACQUIRE) != v) {
-		if (++spins == 4096) {
-			uint64_t t = perf_now();
-
-			spins = 0;
-			if (!deadline)
-				deadline = t + r->timeout_ns;
-			else if (t > deadline)
-				return perf_timeout(r, "write_idle_lat: spinning, calling nothing, "
-						    "for the peer's RDMA write");
-		}
 	}
 	return PERF_OK;
 }
@@ -1418,7 +1401,7 @@ static inline int perf_phase(struct perf_run *r, enum perf_test t, uint32_t size
 			}
 			it0 = perf_now();
 			if (r->server) {
-				if (poll ? perf_poll_byte(r, size, v) :
+				if (poll ? perf_poll_byte(r, size, v, true) :
 					   perf_recv(r, 0, "write_lat: waiting for the notification"))
 					return PERF_ERR;
 				if (r->rdma[size - 1] != v)
@@ -1434,7 +1417,7 @@ static inline int perf_phase(struct perf_run *r, enum perf_test t, uint32_t size
 				if (perf_post(r, OP_WRITE, size, r->req_depth) ||
 				    (!poll && perf_post(r, OP_SEND, 0, r->req_depth)))
 					return PERF_ERR;
-				if (poll ? perf_poll_byte(r, size, v) :
+				if (poll ? perf_poll_byte(r, size, v, true) :
 					   perf_recv(r, 0, "write_lat: waiting for the notification"))
 					return PERF_ERR;
 				if (i >= warm)
@@ -1461,13 +1444,13 @@ static inline int perf_phase(struct perf_run *r, enum perf_test t, uint32_t size
 			if (i == warm)
 				t0 = perf_now();
 			it0 = perf_now();
-			if (r->server && perf_spin_byte(r, size, v))
+			if (r->server && perf_poll_byte(r, size, v, false))
 				return PERF_ERR;
 			r->tx[size - 1] = v;
 			if (perf_post(r, OP_WRITE, size, r->req_depth) || perf_reap_some(r))
 				return PERF_ERR;
 			if (!r->server) {
-				if (perf_spin_byte(r, size, v))
+				if (perf_poll_byte(r, size, v, false))
 					return PERF_ERR;
 				if (i >= warm)
 					r->samples[i - warm] = (uint32_t)((perf_now() - it0) / 2);
