@@ -193,7 +193,7 @@ fi
 # A real third-party DAT consumer (tests/apps/pscom.sh): ParaStation pscom's
 # DAPL plugin under its own ping-pong, eager and rendezvous 0 B to 4 MiB
 # verified, provider selection and an IA that cannot open; pscom is built
-# in $B/apps/pscom from ../shared/apps/pscom (DAPL_OFI_SHARED) when its
+# in $B/apps/pscom from ../shared/apps/pscom (CHECK_SHARED) when its
 # inputs change, and the test is skipped where they are absent.  About
 # half a minute (5 to 15 s more for a cold build).  The plain variant only.
 if [ "$scope" = all ] && [ "$variant" = plain ] && [ -x tests/apps/pscom.sh ]; then

@@ -14,9 +14,9 @@
 # Environment:
 #   B                 dapl-ofi build directory with dat.conf (default: build);
 #                     pscom is built in $B/apps/pscom
-#   DAPL_OFI_SHARED   where apps/pscom/ (tarball, dat2.patch, fixes.patch) is
+#   CHECK_SHARED   where apps/pscom/ (tarball, dat2.patch, fixes.patch) is
 #                     (default: ../shared beside the repository); missing: the
-#                     test is skipped, or fails with DAPL_OFI_APPS_REQUIRED=1
+#                     test is skipped, or fails with CHECK_APPS_REQUIRED=1
 #                     (.ci/run sets it: CI has them)
 #   PSCOM_TIMEOUT     seconds each client may run (default: 90)
 #   PSCOM_PORTS       first and last TCP port for pscom_pp (default: "18700 18799")
@@ -26,7 +26,7 @@
 # the last run: $B/apps/pscom/logs/.  Exit 0 if nothing failed.
 #
 # pscom is built from the upstream tarball with the DAT 2.0 port and the
-# fixes of its plugin (see DAPL_OFI_SHARED/apps/pscom/README.md), only the
+# fixes of its plugin (see CHECK_SHARED/apps/pscom/README.md), only the
 # targets pscom_pp and pscom4dapl, and again only when those inputs or the
 # recipe below change (a stamp of their checksums).
 set -u
@@ -34,7 +34,7 @@ set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 B=${B:-build}
-SHARED=${DAPL_OFI_SHARED:-$REPO/../shared}
+SHARED=${CHECK_SHARED:-$REPO/../shared}
 IN=$SHARED/apps/pscom
 LIMIT=${PSCOM_TIMEOUT:-90}
 read -r PORT_LO PORT_HI <<<"${PSCOM_PORTS:-18700 18799}"
@@ -47,11 +47,11 @@ bail() { echo "Bail out! $*"; exit 2; }
 PLAN=20		# the build, then one line per run_case below
 if [ ! -d "$IN" ]; then
 	echo "1..1"
-	if [ "${DAPL_OFI_APPS_REQUIRED:-0}" = 1 ]; then
-		echo "not ok 1 pscom: no pscom sources in $IN (DAPL_OFI_SHARED), and DAPL_OFI_APPS_REQUIRED=1"
+	if [ "${CHECK_APPS_REQUIRED:-0}" = 1 ]; then
+		echo "not ok 1 pscom: no pscom sources in $IN (CHECK_SHARED), and CHECK_APPS_REQUIRED=1"
 		exit 1
 	fi
-	echo "ok 1 pscom # SKIP no pscom sources in $IN (set DAPL_OFI_SHARED)"
+	echo "ok 1 pscom # SKIP no pscom sources in $IN (set CHECK_SHARED)"
 	exit 0
 fi
 echo "1..$PLAN"
