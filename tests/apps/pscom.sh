@@ -14,7 +14,7 @@
 # Environment:
 #   B                 dapl-ofi build directory with dat.conf (default: build);
 #                     pscom is built in $B/apps/pscom
-#   CHECK_SHARED   where apps/pscom/ (tarball, dat2.patch, fixes.patch) is
+#   CHECK_SHARED      where apps/pscom/ (tarball, dat2.patch, fixes.patch) is
 #                     (default: ../shared beside the repository); missing: the
 #                     test is skipped, or fails with CHECK_APPS_REQUIRED=1
 #                     (.ci/run sets it: CI has them)
