@@ -37,10 +37,11 @@ const struct dfi_param dfi_params[DFI_P_COUNT] = {
 		"completion queue after the consumer's last dequeue, wait or post "
 		"on it (or after its own pass): a polling or waiting consumer "
 		"drives the queue itself and pays no progress-thread wake-up per "
-		"completion.  A passive RDMA target that only spins on memory sees "
-		"writes land within about this much of its last call.  0: the "
-		"thread watches every queue all the time (lowest latency for such "
-		"a target, one wake-up per completion for everyone else)." },
+		"completion.  A consumer that calls less often than every 2 us "
+		"(a post and a reap per message, then a spin on memory) is not held "
+		"off: its incoming writes land one wake-up after they arrive.  0: "
+		"the thread watches every queue all the time (one wake-up per "
+		"completion for everyone)." },
 	[DFI_P_UPCALL_THREADS] = { "DAPL_OFI_UPCALL_THREADS", DFI_PARAM_INT, "2",
 		"Upcall dispatcher threads per IA (1-64), started with the first "
 		"EVD given an upcall policy.  More than one lets DAT_UPCALL_MANY "
