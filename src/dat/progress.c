@@ -55,8 +55,10 @@
  * returns 0 without clearing the fds' signals, so an armed fd is readable
  * at once with nothing to read) would keep this thread spinning - 95 % of
  * a CPU at SCHED_FIFO, its consumers starved for up to a second by the
- * kernel's RT throttling.  FUTILE_WAKES batches in a row whose passes
- * found nothing and left an armed fd readable switch the IA to polling
+ * kernel's RT throttling.  FUTILE_WAKES batches in a row in which the
+ * EQ's armed fd was readable again with no CM event behind it (a CQ's
+ * proves nothing: an RDMA target's pass places data and reports no
+ * event, and a stream keeps the fd readable) switch the IA to polling
  * for good (poll_step, go_polling): the fds leave the epoll set, the
  * thread passes over the EQ and its unparked CQs after a sleep of an
  * eighth of the time since a step last moved something, 10 us to 1 ms
@@ -246,19 +248,19 @@ static void progress_all_cqs(struct dfi_ia *ia)
 }
 
 /* Whether evd's consumer polls its CQ (IA lock held): found inside a call
- * on evd or its partner at a look, or, in the last window with calls, a wait or at
- * least one call per POLL_GAP_NS; it stops polling after two slow windows
- * in a row found it outside.  A poller's own reads move its EPs within a
- * few us, and a waiter's wake-ups (one that posts, then waits, makes few
- * calls), and a streamer's long calls (each copies data in or out).  A consumer that
- * calls once per message and then spins on memory (MPI one-sided, pscom's
- * eager rings: a post and a reap per round trip) moves nothing while it
- * spins, and an incoming RDMA write would wait for this thread's next
- * look - a lease and its backoff, 50 us to 10 ms - where an IB target's
- * HCA places it at once.  A window without calls keeps the verdict: a
- * poller held up (descheduled, behind a lock) makes none, and a consumer
- * that makes none at all is not seen within the lease anyway.  A window
- * shorter than RATE_MIN_NS keeps it too. */
+ * on evd or its partner at a look, or, in the last window with calls, a
+ * wait or at least one call per POLL_GAP_NS; it stops polling after two
+ * slow windows in a row found it outside.  A poller's own reads move its
+ * EPs within a few us, and so do a waiter's wake-ups (one that posts, then
+ * waits, makes few calls) and a streamer's long calls (each copies data in
+ * or out).  A consumer that calls once per message and then spins on memory
+ * (MPI one-sided, pscom's eager rings: a post and a reap per round trip)
+ * moves nothing while it spins, and an incoming RDMA write would wait for
+ * this thread's next look - a lease and its backoff, 50 us to 10 ms - where
+ * an IB target's HCA places it at once.  A window without calls keeps the
+ * verdict: a poller held up (descheduled, behind a lock) makes none, and a
+ * consumer that makes none at all is not seen within the lease anyway.  A
+ * window shorter than RATE_MIN_NS keeps it too. */
 static void consumer_polls(struct dfi_evd *evd, uint32_t calls, uint64_t now, bool look)
 {
 	uint32_t waits = dfi_evq_waits(&evd->q);
@@ -288,13 +290,13 @@ static void consumer_polls(struct dfi_evd *evd, uint32_t calls, uint64_t now, bo
 	evd->rate_at = now;
 }
 
-/* Whether the consumer drives evd's CQ itself: it waits on it, or polls
- * it (consumer_polls) and made calls on it (or on the partner EVD, whose
- * CQ reads move the same EPs) that this thread saw move within the last
- * lease, or waits on the partner.  Counting calls keeps clocks off the
- * consumer's path; the window keeps a consumer that is only held up
- * (descheduled, or behind a lock) counted as active.  A waiter on the partner makes no calls while
- * it sleeps, but the partner's CQ fd holds the same EPs' sockets: the
+/* Whether the consumer drives evd's CQ itself: it waits on it, or polls it
+ * (consumer_polls) and made calls on it (or on the partner EVD, whose CQ
+ * reads move the same EPs) that this thread saw move within the last lease,
+ * or waits on the partner.  Counting calls keeps clocks off the consumer's
+ * path; the window keeps a consumer that is only held up (descheduled, or
+ * behind a lock) counted as active.  A waiter on the partner makes no calls
+ * while it sleeps, but the partner's CQ fd holds the same EPs' sockets: the
  * traffic that would wake this thread for evd wakes that waiter, whose
  * reads move those EPs (on an RDMA target, a waiter for receives and this
  * thread on the request CQ both woke for every incoming write).  IA lock
