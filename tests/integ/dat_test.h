@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -92,6 +93,50 @@ const char *__asan_default_options(void);
 const char *__asan_default_options(void)
 {
 	return "fast_unwind_on_malloc=0";
+}
+
+/* ---------------------------------------------------------------- watchdog */
+
+/* A provider call that never returns (a deadlock, a lost wake-up in
+ * dat_ep_free or dat_ia_close) must fail the run, not hang it: the test
+ * arms watchdog(what, seconds), main() calls watchdog_install() once, and
+ * SIGALRM ends the program with a TAP line that names what was stuck. */
+static inline const char *volatile *watchdog_what(void)
+{
+	static const char *volatile what = "?";
+
+	return &what;
+}
+
+static inline void watchdog_put(const char *s)
+{
+	ssize_t r = write(2, s, strlen(s));
+
+	(void)r;
+}
+
+static inline void watchdog_fire(int sig)
+{
+	(void)sig;
+	watchdog_put("\nnot ok - watchdog: ");
+	watchdog_put(*watchdog_what());
+	watchdog_put(" is stuck: a provider call did not return in time; aborting the run\n");
+	_exit(3);
+}
+
+static inline void watchdog(const char *what, unsigned sec)
+{
+	*watchdog_what() = what;
+	alarm(sec);
+}
+
+static inline void watchdog_install(void)
+{
+	struct sigaction sa;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = watchdog_fire;
+	sigaction(SIGALRM, &sa, NULL);
 }
 
 /* Without DAT_OVERRIDE, use the dat.conf of the build tree the program

@@ -62,23 +62,12 @@ int __lsan_is_turned_off(void)
 }
 
 /* A provider lock left held by a cancelled thread hangs the next call in
- * the main thread itself: end the test program with a line that says so. */
-static void on_watchdog(int sig)
-{
-	static const char msg[] = "not ok - watchdog: a test hung for 120 s (a lock left held "
-				  "by a cancelled waiter?)\n";
-
-	(void)sig;
-	if (write(2, msg, sizeof(msg) - 1) < 0)
-		_exit(3);
-	_exit(2);
-}
-
+ * the main thread itself: the watchdog ends the test program with a line
+ * that says so. */
 static int watchdog_setup(void **state)
 {
 	(void)state;
-	signal(SIGALRM, on_watchdog);
-	alarm(120);
+	watchdog("a cancellation test (a lock left held by a cancelled waiter?)", 120);
 	return 0;
 }
 
@@ -784,6 +773,7 @@ int main(int argc, char **argv)
 	};
 
 	default_dat_override();
+	watchdog_install();
 	if (argc > 1)
 		cmocka_set_test_filter(argv[1]);
 	return cmocka_run_group_tests(tests, NULL, NULL);

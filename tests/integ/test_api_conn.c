@@ -122,34 +122,6 @@ static bool is_conn_end(DAT_EVENT_NUMBER n)
 	return n == DAT_CONNECTION_EVENT_DISCONNECTED || n == DAT_CONNECTION_EVENT_BROKEN;
 }
 
-/* ---------------------------------------------------------------- watchdog */
-
-/* A provider call that never returns (a deadlock, a lost wake-up in
- * dat_ep_free or dat_ia_close) must fail the run, not hang it. */
-static const char *volatile wd_what = "?";
-
-static void wd_put(const char *s)
-{
-	ssize_t r = write(2, s, strlen(s));
-
-	(void)r;
-}
-
-static void wd_fire(int sig)
-{
-	(void)sig;
-	wd_put("\nnot ok - watchdog: ");
-	wd_put(wd_what);
-	wd_put(" is stuck: a provider call did not return in time; aborting the run\n");
-	_exit(3);
-}
-
-static void watchdog(const char *what, unsigned sec)
-{
-	wd_what = what;
-	alarm(sec);
-}
-
 /* ------------------------------------------------------------------ sides */
 
 struct side {
@@ -4574,13 +4546,9 @@ int main(int argc, char **argv)
 		TP(test_send_after_disconnect),
 		TP(test_send_after_peer_rejected),
 	};
-	struct sigaction sa;
-
 	if (argc == 4 && strcmp(argv[1], "--peer-child") == 0)
 		return peer_child_main(argv[2], argv[3]);
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = wd_fire;
-	sigaction(SIGALRM, &sa, NULL);
+	watchdog_install();
 	default_dat_override();
 	if (argc == 2)
 		cmocka_set_test_filter(argv[1]);	/* run the tests matching a pattern */

@@ -43,19 +43,6 @@
 #define IDLE_MAX_PCT	5.0
 #define MAX_THREADS	8
 
-/* ---------------------------------------------------------------- watchdog */
-
-static void wd_fire(int sig)
-{
-	static const char m[] = "\nnot ok - watchdog: a provider call did not return in time\n";
-	ssize_t r;
-
-	(void)sig;
-	r = write(2, m, sizeof(m) - 1);
-	(void)r;
-	_exit(3);
-}
-
 /* ------------------------------------------------------------- CPU times */
 
 /* The CPU time (ns) thread tid has used: schedstat's first field, or
@@ -251,7 +238,7 @@ static int pair_setup(void **state)
 	if (!p)
 		return -1;
 	p->ia_name = *state;
-	alarm(60);
+	watchdog(__func__, 60);
 	if ((rc = side_open(&p->s, p->ia_name)) || (rc = side_open(&p->c, p->ia_name)) ||
 	    (rc = dat_psp_create_any(p->s.ia, &p->port, p->s.cr, DAT_PSP_CONSUMER_FLAG,
 				     &p->psp))) {
@@ -291,7 +278,7 @@ static int pair_teardown(void **state)
 {
 	struct pair *p = *state;
 
-	alarm(30);
+	watchdog(__func__, 30);
 	side_close(&p->c);
 	side_close(&p->s);
 	free(p);
@@ -330,7 +317,7 @@ static void idle_second(struct pair *p, bool waiter)
 	bool bad = false;
 	int n;
 
-	alarm(30);
+	watchdog(__func__, 30);
 	n = threads_named("dfi-progress", tids, MAX_THREADS);
 	if (n != 2)
 		fail_msg("%s: %d progress threads (\"dfi-progress\") in /proc/self/task, "
@@ -400,11 +387,7 @@ int main(int argc, char **argv)
 		IDLE_CASES("ofi-net-lo"),
 		IDLE_CASES("ofi-lo-rr"),
 	};
-	struct sigaction sa;
-
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = wd_fire;
-	sigaction(SIGALRM, &sa, NULL);
+	watchdog_install();
 	default_dat_override();
 	if (argc == 2)
 		cmocka_set_test_filter(argv[1]);

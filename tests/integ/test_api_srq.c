@@ -77,32 +77,6 @@ static const char *ev_name(DAT_EVENT_NUMBER n)
 	}
 }
 
-/* ---------------------------------------------------------------- watchdog */
-
-static const char *volatile wd_what = "?";
-
-static void wd_put(const char *s)
-{
-	ssize_t r = write(2, s, strlen(s));
-
-	(void)r;
-}
-
-static void wd_fire(int sig)
-{
-	(void)sig;
-	wd_put("\nnot ok - watchdog: ");
-	wd_put(wd_what);
-	wd_put(" is stuck: a provider call did not return in time; aborting the run\n");
-	_exit(3);
-}
-
-static void watchdog(const char *what, unsigned sec)
-{
-	wd_what = what;
-	alarm(sec);
-}
-
 /* ------------------------------------------------------------------ sides */
 
 struct side {
@@ -1269,12 +1243,8 @@ int main(int argc, char **argv)
 		TP(test_ia_close_with_srq),
 		TP(test_ia_close_with_bare_srq),
 	};
-	struct sigaction sa;
-
 	default_dat_override();		/* may re-execute this program */
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = wd_fire;
-	sigaction(SIGALRM, &sa, NULL);
+	watchdog_install();
 	if (argc == 2)
 		cmocka_set_test_filter(argv[1]);
 	return cmocka_run_group_tests(tests, NULL, NULL);

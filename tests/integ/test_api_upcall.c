@@ -44,17 +44,6 @@
 #define MSG		64		/* message size */
 #define MAXSEQ		(1u << 24)	/* UPCALL_STRESS_EVENTS up to 1.6*10^7 */
 
-static void wd_fire(int sig)
-{
-	static const char m[] = "\nnot ok - watchdog: an upcall test is stuck; aborting\n";
-	ssize_t r;
-
-	(void)sig;
-	r = write(2, m, sizeof(m) - 1);
-	(void)r;
-	_exit(3);
-}
-
 static DAT_IA_HANDLE open_ia(DAT_EVD_HANDLE *async)
 {
 	DAT_IA_HANDLE ia = DAT_HANDLE_NULL;
@@ -488,7 +477,7 @@ static int pair_setup(void **state)
 	int nheld = 0;
 
 	assert_non_null(p);
-	alarm(30);
+	watchdog(__func__, 30);
 	p->r = rec_new();
 	p->rcm = rec_new();
 	p->tr = (struct tag){ p->r, DAT_UPCALL_SINGLE_INSTANCE, 0 };
@@ -536,7 +525,7 @@ static int pair_teardown(void **state)
 {
 	struct pair *p = *state;
 
-	alarm(30);
+	watchdog(__func__, 30);
 	assert_ok(dat_ia_close(p->c.ia, DAT_CLOSE_ABRUPT_FLAG));
 	assert_ok(dat_ia_close(p->s.ia, DAT_CLOSE_ABRUPT_FLAG));
 	free(p->c.buf);
@@ -671,7 +660,7 @@ static void test_stress_real_completions_and_software_events(void **state)
 		total = 1000;
 	nmsg = total / 10;
 	nsw = total - nmsg;
-	alarm(600);
+	watchdog(__func__, 600);
 	connect_pair(p);
 	memset(&c, 0, sizeof(c));
 	c.p = p;
@@ -783,11 +772,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_stress_real_completions_and_software_events,
 						pair_setup, pair_teardown),
 	};
-	struct sigaction sa;
-
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = wd_fire;
-	sigaction(SIGALRM, &sa, NULL);
+	watchdog_install();
 	/* three dispatcher threads: MANY really runs upcalls side by side */
 	setenv("DAPL_OFI_UPCALL_THREADS", "3", 0);
 	default_dat_override();
