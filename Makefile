@@ -34,7 +34,7 @@ ALL_LDFLAGS := $(LDFLAGS) $(SAN_FLAGS) -pthread
 
 UTIL_SRCS   := src/util/log.c src/util/param.c src/util/arena.c src/util/ia_params.c
 EVENT_SRCS  := src/event/evd_core.c src/event/cno_core.c src/event/upcall.c src/event/time.c
-FABRIC_SRCS := src/fabric/fabric.c src/fabric/cm.c
+FABRIC_SRCS := src/fabric/fabric.c src/fabric/cm.c src/fabric/liveness.c
 DAT_SRCS    := src/dat/provider.c src/dat/stubs.c src/dat/handle.c src/dat/ia.c \
 	       src/dat/pz.c src/dat/lmr.c src/dat/evd.c src/dat/cno.c src/dat/ep.c \
 	       src/dat/dto.c src/dat/conn.c src/dat/progress.c src/dat/rmr.c src/dat/srq.c \
@@ -54,6 +54,8 @@ UNIT_BINS := $(patsubst tests/unit/%.c,$(B)/tests/%,$(UNIT_SRCS))
 INTEG_SRCS := $(wildcard tests/integ/test_*.c)
 INTEG_BINS := $(patsubst tests/integ/%.c,$(B)/tests/%,$(INTEG_SRCS))
 DATCONF   := $(B)/dat.conf
+# tests/hosts/faults.sh's DAT program, run on the test hosts
+FAULTPEER := $(B)/tests/fault_peer
 
 .PHONY: all lib tools examples tests check demo bench bench-smoke install uninstall clean deps help model deb
 .DEFAULT_GOAL := all
@@ -62,7 +64,7 @@ all: lib tools examples $(FIRAW) $(PAGEWALK) $(DATCONF) $(B)/dapl-ofi.pc
 
 lib: $(LIB)
 tools: $(TOOLS)
-tests: $(UNIT_BINS) $(INTEG_BINS)
+tests: $(UNIT_BINS) $(INTEG_BINS) $(FAULTPEER)
 
 $(B)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -113,6 +115,10 @@ $(UNIT_BINS): $(B)/tests/%: $(B)/obj/tests/unit/%.o $(call obj,$(CORE_SRCS))
 $(INTEG_BINS): $(B)/tests/%: $(B)/obj/tests/integ/%.o
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $^ $(ALL_LDFLAGS) $(CMOCKA_LIBS) -ldat2
+
+$(FAULTPEER): $(B)/obj/tests/hosts/fault_peer.o
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $^ $(ALL_LDFLAGS) -ldat2
 
 $(B)/obj/tests/%.o: EXTRA_CFLAGS = $(CMOCKA_CFLAGS) -Wno-missing-prototypes
 # The cleanup of a cancelled wait (pthread_cleanup_push) as a cleanup

@@ -4,7 +4,8 @@
 # when a needed one is missing).
 #   scripts/deps.sh [deb] [lint]
 # deb: also what `make deb` needs; lint: also lintian (tests/package/deb.sh).
-# cmake and patch: tests/apps/pscom.sh builds pscom.
+# cmake and patch: tests/apps/pscom.sh builds pscom.  iproute2 and nftables:
+# the test hosts of tests/hosts/ and their faults.
 #
 # OPT_PKGS are wanted, not needed: gnuplot-nox draws bench/plot's pictures
 # (make bench, make demo; make check's bench-smoke draws one to test the
@@ -12,7 +13,7 @@
 # skips its plots, each saying how to get them.
 set -e
 PKGS="make gcc clang pkg-config libdapl-dev dapl2-utils libfabric-dev libfabric-bin \
-libcmocka-dev spin valgrind iproute2 procps cmake patch"
+libcmocka-dev spin valgrind iproute2 nftables procps cmake patch"
 OPT_PKGS="gnuplot-nox"
 for set in "$@"; do
 	case $set in

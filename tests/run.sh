@@ -185,6 +185,19 @@ fi
 if [ "$scope" = all ] && [ -x tests/passive.sh ]; then
 	B=$B run passive 180 tests/passive.sh
 fi
+# Two test hosts (network namespaces joined by a veth pair, tests/hosts/):
+# partitions, link flaps, loss, killed and stopped peers, vanished
+# listeners, 1000 connections broken at once, the stock dtest across them
+# (tests/hosts/faults.sh, about 3 minutes).  The ASan variant runs the
+# cases that end connections under the library's own detection, about 40 s.
+if [ "$scope" = all ] && [ -x tests/hosts/faults.sh ]; then
+	if [ "$variant" = asan ]; then
+		B=$B run hosts_faults 300 tests/hosts/faults.sh partition-streaming partition-idle \
+			kill-receiver listener-partitioned-inf thousand
+	else
+		B=$B run hosts_faults 600 tests/hosts/faults.sh
+	fi
+fi
 # daplofi-info on the build tree's dat.conf (its broken entries) and on
 # dat.conf files of its own: reasons, fixes, exit statuses (about 10 s).
 if [ "$scope" = all ] && [ -x tests/info.sh ]; then

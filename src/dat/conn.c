@@ -547,6 +547,9 @@ static DAT_RETURN ep_connect_to(struct dfi_ep *ep, struct sockaddr_in dest, DAT_
 		if (!rc) {
 			ep->fep = fep;
 			ep->state = DAT_EP_STATE_ACTIVE_CONNECTION_PENDING;
+			/* a listener's host that vanishes before it
+			 * answers ends the connect too */
+			dfi_fep_arm_liveness(fep, ia->peer_timeout_ms);
 		}
 		pthread_mutex_unlock(&ep->post_lock);
 		if (rc)
@@ -996,6 +999,8 @@ static void translate(struct dfi_ia *ia, struct dfi_cm_event *e, struct cm_post 
 		ep->connect_deadline = 0;
 		dfi_ep_set_state(ep, DAT_EP_STATE_CONNECTED);
 		ep->established = true;
+		if (ep->fep)
+			dfi_fep_arm_liveness(ep->fep, ia->peer_timeout_ms);
 		ep_cqs_refresh(ep);
 		conn_event(p, ep, DAT_CONNECTION_EVENT_ESTABLISHED, e->pdata, e->plen);
 		break;
@@ -1014,9 +1019,18 @@ static void translate(struct dfi_ia *ia, struct dfi_cm_event *e, struct cm_post 
 			p->has_pre = p->q != NULL;
 		}
 		if (ep->state != DAT_EP_STATE_DISCONNECTED) {
+			/* the kernel gave up on a silent peer: what IB calls
+			 * a retry error, not the peer's disconnect */
+			bool aborted = ep->state == DAT_EP_STATE_CONNECTED && ep->fep &&
+				       dfi_fep_aborted(ep->fep);
+
+			if (aborted)
+				dfi_warn(DFI_SS_CM, "EP %p: peer silent for %u ms: connection broken",
+					 (void *)ep, ia->peer_timeout_ms);
 			ep_lost(ep);
 			srq_ep_ended(p, ep);
-			conn_event(p, ep, DAT_CONNECTION_EVENT_DISCONNECTED, NULL, 0);
+			conn_event(p, ep, aborted ? DAT_CONNECTION_EVENT_BROKEN :
+				   DAT_CONNECTION_EVENT_DISCONNECTED, NULL, 0);
 		}
 		break;
 	case DFI_CM_ERROR: {

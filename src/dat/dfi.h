@@ -120,6 +120,7 @@ struct dfi_ia {
 	int n_spares;			/* EPs holding a pre-opened endpoint (cm_lock) */
 	int n_listening;		/* live PSPs and RSPs (cm_lock) */
 	int spare_budget;		/* how many may (-1: not known yet; cm_lock) */
+	unsigned peer_timeout_ms;	/* DAPL_OFI_PEER_TIMEOUT_MS (liveness.c) */
 };
 
 struct dfi_pz {

@@ -1,6 +1,7 @@
 /* The Interface Adapter: open (fabric + domain + async EVD), query, close. */
 #include "dfi.h"
 #include "fabric/fabric.h"
+#include "util/param.h"
 #include "dat2/dapl_ofi.h"
 
 #include <arpa/inet.h>
@@ -75,6 +76,11 @@ DAT_RETURN dfi_ia_open(const DAT_NAME_PTR name, DAT_COUNT async_qlen,
 	ia->epfd = ia->stop_fd = -1;
 	ia->objs.next = ia->objs.prev = &ia->objs;
 	ia->spare_budget = -1;
+	{
+		long t = dfi_param_int(DFI_P_PEER_TIMEOUT_MS);
+
+		ia->peer_timeout_ms = t < 0 ? 0 : t > INT32_MAX ? INT32_MAX : (unsigned)t;
+	}
 
 	r = dfi_resolve_ipv4(p->cfg.where, &ia->addr);
 	if (r) {

@@ -29,10 +29,6 @@ struct dfi_pep {
 	struct fi_info *info;
 };
 
-struct dfi_fep {
-	struct fid_ep *ep;
-};
-
 struct dfi_srx {
 	struct fid_ep *srx;
 };
@@ -263,6 +259,7 @@ int dfi_fep_open(struct dfi_fabric *f, struct dfi_eq *eq, void *req,
 
 	if (!e)
 		return -ENOMEM;
+	e->sock = -1;
 	if (req) {
 		info = req;		/* the connection request's, ours now */
 	} else {

@@ -29,6 +29,11 @@ struct dfi_mr {
 	struct fid_mr *mr;
 };
 
+struct dfi_fep {
+	struct fid_ep *ep;
+	int sock;		/* its socket, once armed (liveness.c); else -1 */
+};
+
 struct dfi_cq {
 	struct fid_cq *cq;
 	struct fid_fabric *fabric;	/* for fi_trywait */

@@ -84,6 +84,17 @@ const struct dfi_param dfi_params[DFI_P_COUNT] = {
 		"reported on its own (the connection breaks, and the EP's other "
 		"DTOs are flushed).  0: every send completes through the queue, "
 		"and a failed suppressed send is reported." },
+	[DFI_P_PEER_TIMEOUT_MS] = { "DAPL_OFI_PEER_TIMEOUT_MS", DFI_PARAM_INT, "10000",
+		"How long, in milliseconds, a connected peer may stay silent "
+		"(powered off, partitioned away) before its connection ends "
+		"with DAT_CONNECTION_EVENT_BROKEN and its DTOs are flushed, "
+		"whether data is in flight or the connection is idle, as IB "
+		"reports a retry error.  On socket providers (tcp, net) the "
+		"kernel does it: TCP_USER_TIMEOUT, and keepalive probes after "
+		"half the time idle.  A peer back within the time (a link "
+		"flap) keeps its connection, and so does a stopped process "
+		"(SIGSTOP), whose kernel still answers.  0: never (a vanished "
+		"peer is waited for until the consumer disconnects)." },
 };
 
 const char *dfi_param_str(enum dfi_param_id id)

@@ -29,6 +29,7 @@ enum dfi_param_id {
 	DFI_P_CQ_WAIT,
 	DFI_P_EP_PREOPEN,
 	DFI_P_INJECT,
+	DFI_P_PEER_TIMEOUT_MS,
 	DFI_P_COUNT
 };
 
