@@ -192,7 +192,7 @@ fi
 # cases that end connections under the library's own detection, about 40 s.
 if [ "$scope" = all ] && [ -x tests/hosts/faults.sh ]; then
 	if [ "$variant" = asan ]; then
-		B=$B run hosts_faults 300 tests/hosts/faults.sh partition-streaming partition-idle \
+		B=$B FAULTS_SLACK=5000 run hosts_faults 300 tests/hosts/faults.sh partition-streaming partition-idle \
 			kill-receiver listener-partitioned-inf thousand
 	else
 		B=$B run hosts_faults 600 tests/hosts/faults.sh
