@@ -517,6 +517,18 @@ static void test_fds_run_out(void **state)
 	/* dat_ep_create needs none either (the endpoint it opens ahead is
 	 * best effort); its connect does: refused, the EP unconnected, and
 	 * the same EP connects once descriptors are back */
+	/* a listener's socket */
+	capture_start(&cap);
+	fds_exhaust(&h, 0);
+	psp = DAT_HANDLE_NULL;
+	port = 0;
+	assert_rc(dat_psp_create_any(p->s.ia, &port, p->s.cr, DAT_PSP_CONSUMER_FLAG, &psp),
+		  ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_TEP));
+	fds_restore(&h);
+	if (!capture_stop(&cap, "no file descriptor left"))
+		fail_msg("dat_psp_create_any with no descriptor left logged no line saying so");
+	assert_null(psp);
+
 	port = listen_any(&p->s, &psp);
 	capture_start(&cap);
 	fds_exhaust(&h, 0);
