@@ -515,9 +515,6 @@ static void test_fds_run_out(void **state)
 	assert_err(dat_evd_wait(evd, 1000, 1, &ev, &nmore), DAT_TIMEOUT_EXPIRED);
 	assert_ok(dat_evd_free(evd));
 
-	/* dat_ep_create needs none either (the endpoint it opens ahead is
-	 * best effort); its connect does: refused, the EP unconnected, and
-	 * the same EP connects once descriptors are back */
 	/* a listener's socket */
 	capture_start(&cap);
 	fds_exhaust(&h, 0);
@@ -530,6 +527,9 @@ static void test_fds_run_out(void **state)
 		fail_msg("dat_psp_create_any with no descriptor left logged no line saying so");
 	assert_null(psp);
 
+	/* dat_ep_create needs none either (the endpoint it opens ahead is
+	 * best effort); its connect does: refused, the EP unconnected, and
+	 * the same EP connects once descriptors are back */
 	port = listen_any(&p->s, &psp);
 	capture_start(&cap);
 	fds_exhaust(&h, 0);
