@@ -38,7 +38,7 @@ FABRIC_SRCS := src/fabric/fabric.c src/fabric/cm.c src/fabric/liveness.c
 DAT_SRCS    := src/dat/provider.c src/dat/stubs.c src/dat/handle.c src/dat/ia.c \
 	       src/dat/pz.c src/dat/lmr.c src/dat/evd.c src/dat/cno.c src/dat/ep.c \
 	       src/dat/dto.c src/dat/conn.c src/dat/progress.c src/dat/rmr.c src/dat/srq.c \
-	       src/dat/cancel.c
+	       src/dat/cancel.c src/dat/limits.c
 LIB_SRCS    := $(UTIL_SRCS) $(EVENT_SRCS) $(FABRIC_SRCS) $(DAT_SRCS)
 CORE_SRCS   := $(UTIL_SRCS) $(EVENT_SRCS)
 

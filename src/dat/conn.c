@@ -28,6 +28,21 @@ static void cm_touch(struct dfi_ia *ia)
 	atomic_fetch_add_explicit(&ia->eq_touches, 1, memory_order_relaxed);
 }
 
+/* A connection call's failure (-errno) at the API edge: descriptors run
+ * out (libfabric's socket, or its epoll and signal fds; a code that does
+ * not say so is checked) are the transport endpoint that could not be
+ * had, and logged once as such; memory is memory; anything else `other`. */
+static DAT_RETURN cm_err(int rc, const char *what, DAT_RETURN other)
+{
+	int gone;
+
+	if (rc != -EMFILE && rc != -ENFILE && rc != -ENOMEM && (gone = dfi_fds_gone()))
+		rc = gone;
+	if (rc == -EMFILE || rc == -ENFILE || rc == -ENOMEM)
+		return dfi_resource_err(rc, DAT_RESOURCE_TEP, what);
+	return other;
+}
+
 static DAT_RETURN sp_create(struct dfi_ia *ia, enum dfi_type type, DAT_CONN_QUAL *qual,
 			    struct dfi_evd *evd, DAT_PSP_FLAGS flags, struct dfi_ep *ep,
 			    struct dfi_sp **out)
@@ -44,7 +59,8 @@ static DAT_RETURN sp_create(struct dfi_ia *ia, enum dfi_type type, DAT_CONN_QUAL
 				  (unsigned long long)*qual);
 	rc = dfi_progress_start(ia);
 	if (rc)
-		return DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_MEMORY);
+		return cm_err(rc, "listening (the IA's event queue)",
+			      DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_MEMORY));
 	sp = dfi_obj_new(ia, type, sizeof(*sp));
 	if (!sp)
 		return DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_MEMORY);
@@ -63,7 +79,8 @@ static DAT_RETURN sp_create(struct dfi_ia *ia, enum dfi_type type, DAT_CONN_QUAL
 			return DFI_REJECT(DFI_ERR(DAT_CONN_QUAL_IN_USE, 0),
 					  "connection qualifier %llu is in use",
 					  (unsigned long long)*qual);
-		return DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_MEMORY);
+		return cm_err(rc, "listening", DFI_ERR(DAT_INSUFFICIENT_RESOURCES,
+							DAT_RESOURCE_MEMORY));
 	}
 	pthread_mutex_lock(&ia->cm_lock);	/* what handle_connreq reads under */
 	if (!*qual)
@@ -492,8 +509,10 @@ DAT_RETURN dfi_cr_accept(DAT_CR_HANDLE h, DAT_EP_HANDLE eph, DAT_COUNT plen,
 		}
 	}
 	pthread_mutex_unlock(&ia->cm_lock);
+	/* the request stays the CR's unless the endpoint took it: refused
+	 * for want of descriptors, it can be accepted again */
 	if (rc)
-		return DFI_ERR(DAT_INTERNAL_ERROR, 0);
+		return cm_err(rc, "dat_cr_accept", DFI_ERR(DAT_INTERNAL_ERROR, 0));
 	cr_retire(cr, gone);
 	return DAT_SUCCESS;
 }
@@ -525,8 +544,10 @@ static DAT_RETURN ep_connect_to(struct dfi_ep *ep, struct sockaddr_in dest, DAT_
 	int rc;
 
 	ia = ep->hdr.ia;
-	if (dfi_progress_start(ia))
-		return DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_MEMORY);
+	rc = dfi_progress_start(ia);
+	if (rc)
+		return cm_err(rc, "dat_ep_connect (the IA's event queue)",
+			      DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_MEMORY));
 	dest.sin_port = htons((uint16_t)(qual & 0xffff));
 	cm_touch(ia);
 	pthread_mutex_lock(&ia->cm_lock);
@@ -569,7 +590,7 @@ static DAT_RETURN ep_connect_to(struct dfi_ep *ep, struct sockaddr_in dest, DAT_
 		ia->connect_timers = true;
 	pthread_mutex_unlock(&ia->cm_lock);
 	if (rc)
-		return DFI_ERR(DAT_INTERNAL_ERROR, 0);
+		return cm_err(rc, "dat_ep_connect", DFI_ERR(DAT_INTERNAL_ERROR, 0));
 	if (kick)
 		dfi_progress_kick(ia);	/* it may be asleep with no tick */
 	return DAT_SUCCESS;
@@ -777,9 +798,9 @@ void dfi_ep_preopen(struct dfi_ep *ep)
 	if (ep->srq || (!ep->req_evd && !ep->recv_evd))
 		return;
 	pthread_mutex_lock(&ia->cm_lock);
-	if (ia->spare_budget < 0)
-		ia->spare_budget = spare_budget();
-	room = ia->n_listening == 0 && ia->n_spares < ia->spare_budget;
+	/* the limit as it is now: a consumer may lower it after the IA
+	 * opened, and spares must never take the last descriptors */
+	room = ia->n_listening == 0 && ia->n_spares < spare_budget();
 	if (room)
 		ia->n_spares++;		/* reserved */
 	pthread_mutex_unlock(&ia->cm_lock);

@@ -86,6 +86,7 @@ struct dfi_ia {
 	pthread_mutex_t lock;
 	struct dfi_obj objs;		/* list head (sentinel) */
 	int n_pz, n_lmr, n_evd, n_cno, n_srq, n_rmr;
+	int n_ep;			/* EPs, provider-created ones too: max_eps */
 	DAT_NAMED_ATTR prov_attr[4];
 	int n_prov_attr;
 
@@ -119,7 +120,6 @@ struct dfi_ia {
 	bool connect_timers;		/* a connect with a finite timeout pends (cm_lock) */
 	int n_spares;			/* EPs holding a pre-opened endpoint (cm_lock) */
 	int n_listening;		/* live PSPs and RSPs (cm_lock) */
-	int spare_budget;		/* how many may (-1: not known yet; cm_lock) */
 	unsigned peer_timeout_ms;	/* DAPL_OFI_PEER_TIMEOUT_MS (liveness.c) */
 };
 
@@ -622,11 +622,26 @@ void dfi_fill_stubs(DAT_PROVIDER *p);
 #define DFI_MAX_RECV_PER_SRQ	65536	/* the shared context's size */
 #define DFI_MAX_EP_PER_SRQ	4096
 #define DFI_MAX_LMR_BLOCK	(1u << 30)
+#define DFI_MAX_LMR_VA		UINT64_C(0x00007fffffffffff)	/* max_lmr_virtual_address */
 /* Endpoint defaults, for NULL or zero attributes (dat-clients.md 3.1). */
 #define DFI_EP_DEFAULT_DTOS	16
 #define DFI_EP_DEFAULT_IOV	4
 #define DFI_EP_DEFAULT_RDMA_RD	4
 #define DFI_MAX_RDMA_READ	16
+
+/* Descriptors run out (EMFILE, ENFILE): asked after a failure whose code
+ * may not say so (libfabric's fi_getinfo answers FI_ENODATA when its own
+ * socket fails); 0, or the -errno of a probe eventfd. */
+int dfi_fds_gone(void);
+/* What a failure (-errno) is at the API edge: descriptors run out name
+ * `resource`, memory DAT_RESOURCE_MEMORY, anything else is internal.  The
+ * first two are logged once here ("no file descriptor left"), with what
+ * failed and the limit. */
+DAT_RETURN dfi_resource_err(int rc, DAT_UINT32 resource, const char *what);
+/* How many EPs an IA may have (dat_ia_query's max_eps): each takes a
+ * socket when it connects, so the open-file limit, less room for the
+ * rest, and at most 65536. */
+DAT_COUNT dfi_max_eps(void);
 
 /* Convenience for argument rejections: log why, return the code. */
 #define DFI_REJECT(code, ...) ({ dfi_reject(DFI_SS_API, __VA_ARGS__); (code); })

@@ -90,6 +90,30 @@ static void ep_notify_models(struct dfi_ep *ep, int delta)
 		dfi_evq_notify_model(&ep->recv_evd->q, DAT_EVD_STATE_CONFIG_SOLICITED, delta);
 }
 
+/* Count an EP in, against max_eps (dat_ia_query): false when the IA has
+ * that many.  Each takes a socket when it connects; refusing here names
+ * the resource (DAT_RESOURCE_TEP) before the descriptors run out at some
+ * later connect or accept. */
+static bool ep_count_in(struct dfi_ia *ia, DAT_COUNT *max)
+{
+	bool full;
+
+	*max = dfi_max_eps();
+	pthread_mutex_lock(&ia->lock);
+	full = ia->n_ep >= *max;
+	if (!full)
+		ia->n_ep++;
+	pthread_mutex_unlock(&ia->lock);
+	return !full;
+}
+
+static void ep_count_out(struct dfi_ia *ia)
+{
+	pthread_mutex_lock(&ia->lock);
+	ia->n_ep--;
+	pthread_mutex_unlock(&ia->lock);
+}
+
 static void ep_refs(struct dfi_ep *ep, int delta)
 {
 	struct dfi_evd *evds[3] = { ep->recv_evd, ep->req_evd, ep->conn_evd };
@@ -115,6 +139,7 @@ static DAT_RETURN ep_create(DAT_IA_HANDLE h, DAT_PZ_HANDLE pzh, DAT_EVD_HANDLE r
 	struct dfi_pz *pz = dfi_pz_of(ia, pzh);
 	struct dfi_evd *recv = NULL, *req = NULL, *conn = NULL;
 	struct dfi_srq *srq = NULL;
+	DAT_COUNT max_eps;
 	DAT_EP_ATTR a;
 	struct dfi_ep *ep;
 	DAT_RETURN rc;
@@ -182,9 +207,15 @@ static DAT_RETURN ep_create(DAT_IA_HANDLE h, DAT_PZ_HANDLE pzh, DAT_EVD_HANDLE r
 					  "EP srq_soft_hw %d is negative", a.srq_soft_hw);
 	}
 
+	if (!ep_count_in(ia, &max_eps))
+		return DFI_REJECT(DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_TEP),
+				  "IA already has max_eps (%d) EPs (each connects with a socket: "
+				  "the open-file limit, ulimit -n, less 64)", max_eps);
 	ep = dfi_obj_new(ia, DFI_T_EP, sizeof(*ep));
-	if (!ep)
+	if (!ep) {
+		ep_count_out(ia);
 		return DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_MEMORY);
+	}
 	pthread_mutex_init(&ep->post_lock, NULL);
 	ep->sendq = dfi_dto_pool_new(a.max_request_dtos);
 	ep->recvq = dfi_dto_pool_new(srq ? 0 : a.max_recv_dtos);
@@ -217,6 +248,7 @@ undo:
 	dfi_dto_pool_release(ia, ep->recvq);
 	pthread_mutex_destroy(&ep->post_lock);
 	dfi_obj_retire(ep);
+	ep_count_out(ia);
 	return rc;
 }
 
@@ -229,14 +261,22 @@ DAT_RETURN dfi_ep_create(DAT_IA_HANDLE h, DAT_PZ_HANDLE pzh, DAT_EVD_HANDLE recv
 
 struct dfi_ep *dfi_ep_new_tentative(struct dfi_ia *ia)
 {
+	DAT_COUNT max_eps;
 	DAT_EP_ATTR a;
 	struct dfi_ep *ep;
 
 	if (ep_attr_resolve(ia, NULL, &a) != DAT_SUCCESS)
 		return NULL;
-	ep = dfi_obj_new(ia, DFI_T_EP, sizeof(*ep));
-	if (!ep)
+	if (!ep_count_in(ia, &max_eps)) {
+		dfi_warn(DFI_SS_EP, "IA already has max_eps (%d) EPs: no provider-created EP",
+			 max_eps);
 		return NULL;
+	}
+	ep = dfi_obj_new(ia, DFI_T_EP, sizeof(*ep));
+	if (!ep) {
+		ep_count_out(ia);
+		return NULL;
+	}
 	pthread_mutex_init(&ep->post_lock, NULL);
 	ep->sendq = dfi_dto_pool_new(a.max_request_dtos);
 	ep->recvq = dfi_dto_pool_new(a.max_recv_dtos);
@@ -245,6 +285,7 @@ struct dfi_ep *dfi_ep_new_tentative(struct dfi_ia *ia)
 		dfi_dto_pool_release(ia, ep->recvq);
 		pthread_mutex_destroy(&ep->post_lock);
 		dfi_obj_retire(ep);
+		ep_count_out(ia);
 		return NULL;
 	}
 	ep->attr = a;
@@ -387,6 +428,7 @@ void dfi_ep_destroy(struct dfi_ep *ep)
 	pthread_mutex_unlock(&ia->lock);
 	pthread_mutex_destroy(&ep->post_lock);
 	dfi_obj_retire(ep);
+	ep_count_out(ia);
 	if (srq)
 		dfi_srq_release(srq);
 }

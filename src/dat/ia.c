@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 
 /* Row/column order of DAT_EVD_FLAGS: software, CR, DTO, connection, RMR
  * bind, async.  Every stream merges with every other, except the async
@@ -75,14 +74,22 @@ DAT_RETURN dfi_ia_open(const DAT_NAME_PTR name, DAT_COUNT async_qlen,
 	pthread_cond_init(&ia->batch_done, NULL);
 	ia->epfd = ia->stop_fd = -1;
 	ia->objs.next = ia->objs.prev = &ia->objs;
-	ia->spare_budget = -1;
 	{
 		long t = dfi_param_int(DFI_P_PEER_TIMEOUT_MS);
 
 		ia->peer_timeout_ms = t < 0 ? 0 : t > INT32_MAX ? INT32_MAX : (unsigned)t;
 	}
 
+	/* getifaddrs and libfabric's own sockets need descriptors: without
+	 * any, their failure must not read as a bad interface or provider */
 	r = dfi_resolve_ipv4(p->cfg.where, &ia->addr);
+	if (r && r != -EMFILE && r != -ENFILE)
+		r = dfi_fds_gone() ? dfi_fds_gone() : r;
+	if (r == -EMFILE || r == -ENFILE) {
+		snprintf(err, sizeof(err), "IA '%s': resolving '%s'", name, p->cfg.where);
+		rc = dfi_resource_err(r, DAT_RESOURCE_DEVICE, err);
+		goto err_ia;
+	}
 	if (r) {
 		dfi_err(DFI_SS_IA, "IA '%s': ia_params \"%s\": %s '%s'", name, p->ia_params,
 			r == -EADDRNOTAVAIL ? "no IPv4 address on interface" :
@@ -91,6 +98,14 @@ DAT_RETURN dfi_ia_open(const DAT_NAME_PTR name, DAT_COUNT async_qlen,
 		goto err_ia;
 	}
 	r = dfi_fabric_open(p->cfg.prov_name, &ia->addr, p->cfg.domain, &ia->fab, err, sizeof(err));
+	if (r && r != -EMFILE && r != -ENFILE && r != -ENOMEM)
+		r = dfi_fds_gone() ? dfi_fds_gone() : r;
+	if (r == -EMFILE || r == -ENFILE || r == -ENOMEM) {
+		dfi_err(DFI_SS_IA, "IA '%s': ia_params \"%s\": %s", name, p->ia_params, err);
+		snprintf(err, sizeof(err), "IA '%s': opening the fabric", name);
+		rc = dfi_resource_err(r, DAT_RESOURCE_DEVICE, err);
+		goto err_ia;
+	}
 	if (r) {
 		dfi_err(DFI_SS_IA, "IA '%s': ia_params \"%s\": %s", name, p->ia_params, err);
 		rc = r == -ENOENT ? DFI_ERR(DAT_PROVIDER_NOT_FOUND, DAT_NAME_NOT_REGISTERED) :
@@ -125,15 +140,6 @@ err_ia:
 	return rc;
 }
 
-static DAT_COUNT fd_limit(void)
-{
-	struct rlimit rl;
-
-	if (getrlimit(RLIMIT_NOFILE, &rl) || rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > 65536)
-		return 65536;
-	return rl.rlim_cur > 64 ? (DAT_COUNT)rl.rlim_cur - 64 : 1;
-}
-
 static void fill_ia_attr(struct dfi_ia *ia, DAT_IA_ATTR *a)
 {
 	const struct dfi_fabric_limits *l = dfi_fabric_limits(ia->fab);
@@ -151,7 +157,7 @@ static void fill_ia_attr(struct dfi_ia *ia, DAT_IA_ATTR *a)
 	a->firmware_version_major = l->fi_major;	/* libfabric itself */
 	a->firmware_version_minor = l->fi_minor;
 	a->ia_address_ptr = (DAT_IA_ADDRESS_PTR)&ia->addr;
-	a->max_eps = fd_limit();
+	a->max_eps = dfi_max_eps();
 	a->max_dto_per_ep = dtos;
 	a->max_rdma_read_per_ep_in = 16;
 	a->max_rdma_read_per_ep_out = 16;
@@ -160,7 +166,7 @@ static void fill_ia_attr(struct dfi_ia *ia, DAT_IA_ATTR *a)
 	a->max_iov_segments_per_dto = iov;
 	a->max_lmrs = DFI_MAX_LMRS;
 	a->max_lmr_block_size = DFI_MAX_LMR_BLOCK;
-	a->max_lmr_virtual_address = UINT64_C(0x00007fffffffffff);
+	a->max_lmr_virtual_address = DFI_MAX_LMR_VA;
 	a->max_pzs = DFI_MAX_PZS;
 	a->max_message_size = maxmsg;
 	a->max_rdma_size = maxmsg;

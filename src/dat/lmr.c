@@ -5,6 +5,26 @@
 
 #include <errno.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+/* Whether [addr, addr + len) is mapped memory of the process.  libfabric's
+ * tcp provider registers any range without touching it (it does not pin),
+ * so a range with a hole, or past the end of the address space, would be
+ * registered and fail only at a DTO into it, breaking the connection (the
+ * provider's recvmsg gets EFAULT).  msync(MS_ASYNC) walks the mappings and
+ * answers ENOMEM for a hole; it writes nothing back (Linux >= 2.6.19). */
+static int range_mapped(const void *addr, DAT_VLEN len)
+{
+	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+	uintptr_t a = (uintptr_t)addr, start = a & ~(page - 1);
+
+	if (len > DFI_MAX_LMR_VA || a > DFI_MAX_LMR_VA - len + 1)
+		return -ERANGE;
+	if (msync((void *)start, (size_t)(a - start + len), MS_ASYNC) != 0)
+		return -errno;
+	return 0;
+}
 
 static unsigned access_of(DAT_MEM_PRIV_FLAGS priv)
 {
@@ -78,6 +98,12 @@ DAT_RETURN dfi_lmr_create(DAT_IA_HANDLE h, DAT_MEM_TYPE type, DAT_REGION_DESCRIP
 		return DFI_REJECT(DFI_ERR(DAT_LENGTH_ERROR, 0),
 				  "LMR length %llu exceeds max_lmr_block_size %u",
 				  (unsigned long long)len, DFI_MAX_LMR_BLOCK);
+	if (type == DAT_MEM_TYPE_VIRTUAL && (rc = range_mapped(addr, len)))
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3),
+				  "LMR region %p+%llu %s", addr, (unsigned long long)len,
+				  rc == -ERANGE ? "runs past max_lmr_virtual_address" :
+				  rc == -ENOMEM ? "is not all mapped memory of the process" :
+				  strerror(-rc));
 
 	pthread_mutex_lock(&ia->lock);
 	full = ia->n_lmr >= DFI_MAX_LMRS;

@@ -467,6 +467,27 @@ static bool readable(int fd)
 	return poll(&p, 1, 0) > 0;
 }
 
+/* Futile wake-ups because the process has no descriptor left: libfabric
+ * tcp's listener cannot accept() the connection waiting on it, and its
+ * socket stays readable.  That is no provider whose fds never settle
+ * (go_polling would poll the IA for good): the thread sleeps a tick per
+ * such wake-up, says so once, and takes the connection in when
+ * descriptors are back. */
+static bool fds_starved(struct dfi_ia *ia, bool *said)
+{
+	struct timespec ts = { 0, TICK_MS * 1000000L };
+
+	if (!dfi_fds_gone())
+		return false;
+	if (!*said)
+		dfi_err(DFI_SS_CM, "IA '%s': no file descriptor left: connections waiting "
+			"to be taken in (and other events) wait until there are",
+			ia->prov->info.ia_name);
+	*said = true;
+	nanosleep(&ts, NULL);
+	return true;
+}
+
 /* The provider's wait fds never settle: take them out of the epoll set,
  * poll from now on (poll_step), and never at real-time priority. */
 static void go_polling(struct dfi_ia *ia)
@@ -541,6 +562,7 @@ static void *progress_main(void *arg)
 	uint64_t eq_at = 0, eq_step = 0;	/* the EQ's re-arm, and its backoff (ns) */
 	struct pull_seen eq_seen = { 0, 0, 0, 0 };	/* consumers' reads of the EQ */
 	int futile = 0;			/* batches in a row that found armed fds readable for nothing */
+	bool starved = false;		/* out of descriptors, said so (fds_starved) */
 	uint64_t poll_at = 0, moved_at = 0;	/* polling: the next step; the last that moved */
 	int poll_cursor = 0;
 
@@ -783,7 +805,11 @@ static void *progress_main(void *arg)
 		}
 		/* the wait objects that never settle (see the top) */
 		futile = moved ? 0 : futile + (idle > 0);
-		if (futile >= FUTILE_WAKES && !ia->polling) {
+		if (futile == 0)
+			starved = false;
+		if (futile >= FUTILE_WAKES && !ia->polling && fds_starved(ia, &starved)) {
+			futile = FUTILE_WAKES - 1;	/* each futile wake looks again */
+		} else if (futile >= FUTILE_WAKES && !ia->polling) {
 			go_polling(ia);
 			poll_at = 0;
 		}

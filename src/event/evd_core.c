@@ -527,8 +527,13 @@ static DAT_RETURN wait_precheck(struct dfi_evq *q, DAT_COUNT threshold)
 	if (q->wake_fd < 0) {
 		q->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 		if (q->wake_fd < 0) {
-			dfi_err(DFI_SS_EVD, "EVD %p: eventfd: %m", (void *)q->handle);
-			return DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_MEMORY);
+			int e = errno;
+
+			/* the descriptor a waiter sleeps on is the EVD's */
+			dfi_err(DFI_SS_EVD, "EVD %p: eventfd: %s%s", (void *)q->handle, strerror(e),
+				e == EMFILE || e == ENFILE ? " (no file descriptor left)" : "");
+			return DFI_ERR(DAT_INSUFFICIENT_RESOURCES, e == ENOMEM ? DAT_RESOURCE_MEMORY :
+				       DAT_RESOURCE_TEVD);
 		}
 	}
 	return DAT_SUCCESS;

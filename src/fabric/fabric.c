@@ -22,7 +22,14 @@ int dfi_resolve_ipv4(const char *where, struct sockaddr_in *out)
 	memset(out, 0, sizeof(*out));
 	out->sin_family = AF_INET;
 	/* 1. a network interface, as cma does */
-	if (getifaddrs(&ifa) == 0) {
+	if (getifaddrs(&ifa) != 0) {
+		/* no descriptor for its netlink socket is not a missing
+		 * interface: the caller says what it is */
+		if (errno == EMFILE || errno == ENFILE || errno == ENOMEM)
+			return -errno;
+		ifa = NULL;
+	}
+	if (ifa) {
 		for (i = ifa; i; i = i->ifa_next) {
 			if (strcmp(i->ifa_name, where) != 0)
 				continue;
