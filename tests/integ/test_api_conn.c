@@ -4223,6 +4223,61 @@ static void test_ep_reset_preopens(void **state)
 	alarm(0);
 }
 
+/* An RSP's EP can only accept that RSP's request (DAT 2.0
+ * dat_rsp_create), and tcp accepts on an endpoint made from the request: the
+ * one a new EP opens ahead for a connect goes at dat_rsp_create (it was
+ * kept, unused, until the accept).  Freed unused, the RSP gives the EP back
+ * UNCONNECTED with one opened ahead again, and it connects; an RSP used
+ * accepts as before.  The client's IA listens on nothing, so its EPs open
+ * ahead (unless DAPL_OFI_EP_PREOPEN=0). */
+static void test_rsp_drops_spare_endpoint(void **state)
+{
+	struct pair *p = *state;
+	const char *v = getenv("DAPL_OFI_EP_PREOPEN");
+	bool ahead = !v || atol(v) > 0;
+	DAT_EP_ATTR a = ep_attr(EP_DTOS, EP_DTOS);
+	DAT_CONN_QUAL port = dead_port(&p->s), port2 = dead_port(&p->s);
+	DAT_EP_HANDLE ep2, sep2;
+	DAT_RSP_HANDLE rsp;
+	DAT_CR_HANDLE cr;
+	int before, with, after;
+
+	watchdog(__func__, 60);
+	before = open_fds();
+	assert_ok(dat_rsp_create(p->c.ia, port, p->c.ep, p->c.cr, &rsp));
+	with = open_fds();
+	print_message("# open files: %d, %d with the RSP (its listener)\n", before, with);
+	/* (with none opened ahead, the first listener also starts the IA's
+	 * progress thread and event queue: no count to expect) */
+	if (ahead && with != before)
+		fail_msg("dat_rsp_create: %d open files, then %d: the RSP's EP kept its "
+			 "endpoint opened ahead beside the RSP's listener", before, with);
+	assert_ok(dat_rsp_free(rsp));
+	after = open_fds();
+	assert_int_equal(ep_state(p->c.ep), DAT_EP_STATE_UNCONNECTED);
+	if (ahead && after != before)
+		fail_msg("dat_rsp_free of an unused RSP: %d open files, %d before the RSP: "
+			 "the EP did not get its endpoint opened ahead back", after, before);
+	establish(p);
+	data_both_ways(p, p->s.ep, p->c.ep, 37);
+
+	/* an RSP used: the accept opens the request's endpoint */
+	assert_ok(dat_ep_create(p->c.ia, p->c.pz, p->c.rcv, p->c.req, p->c.conn, &a, &ep2));
+	assert_ok(dat_ep_create(p->s.ia, p->s.pz, p->s.rcv, p->s.req, p->s.conn, &a, &sep2));
+	before = open_fds();
+	assert_ok(dat_rsp_create(p->c.ia, port2, ep2, p->c.cr, &rsp));
+	with = open_fds();
+	assert_int_equal(with, before + (ahead ? 0 : 1));
+	assert_ok(connect_to(sep2, port2, NULL, 0));
+	cr = wait_cr(&p->c, rsp, port2);
+	assert_ok(dat_cr_accept(cr, DAT_HANDLE_NULL, 0, NULL));
+	expect_conn(p->c.conn, DAT_CONNECTION_EVENT_ESTABLISHED, ep2, 5000, "client (RSP)", NULL);
+	expect_conn(p->s.conn, DAT_CONNECTION_EVENT_ESTABLISHED, sep2, 5000, "server", NULL);
+	assert_ok(dat_rsp_free(rsp));
+	assert_int_equal(ep_state(ep2), DAT_EP_STATE_CONNECTED);
+	alarm(0);
+}
+
 /* ======================= a CNO agent that frees the EVD it was called for */
 
 /* What the agent did, seen by the test (it runs on the progress thread). */
@@ -4587,6 +4642,7 @@ int main(int argc, char **argv)
 		TP(test_csp_common_connect),
 		TP(test_ep_reset_preopens),
 		TP(test_cno_agent_frees_its_evd),
+		TP(test_rsp_drops_spare_endpoint),
 		/* 2. data */
 		TP(test_send_recv_segments),
 		TP(test_many_receives_before_connect),
