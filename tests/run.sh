@@ -87,6 +87,8 @@ for t in "$B"/tests/test_*; do
 		if [ "$variant" = tsan ]; then
 			run "$name-cm" 300 "$t" 'test_cm_*'
 			run "$name-credits" 300 "$t" 'test_stream_credits*'
+			# a CNO agent on the progress thread frees its EVD
+			run "$name-cno" 300 "$t" 'test_cno_agent*'
 			continue
 		fi
 		[ "$scope" = unit ] && continue ;;
@@ -99,6 +101,11 @@ for t in "$B"/tests/test_*; do
 			ASAN_OPTIONS=$ASAN_OPTIONS:detect_leaks=0 run "$name" 300 "$t"
 			continue
 		fi ;;
+	test_api_halfreq)
+		# listeners closed under requests libfabric tcp holds half
+		# received: the consumer's close beside the progress thread's
+		# reads of the event queue, in every variant (about 1 s)
+		[ "$scope" = unit ] && [ "$variant" != tsan ] && continue ;;
 	test_api_cancel)
 		# waiters cancelled in dat_evd_wait / dat_cno_wait, and exit()
 		# from a signal handler: in every variant, TSan's too (about 10 s)
