@@ -62,7 +62,20 @@ static void srv_open(struct srv *s)
 	assert_ok(dat_evd_create(s->ia, 16, DAT_HANDLE_NULL, DAT_EVD_CONNECTION_FLAG, &s->conn));
 	assert_ok(dat_evd_create(s->ia, 16, DAT_HANDLE_NULL, DAT_EVD_DTO_FLAG, &s->req));
 	assert_ok(dat_evd_create(s->ia, 16, DAT_HANDLE_NULL, DAT_EVD_DTO_FLAG, &s->rcv));
-	assert_ok(dat_psp_create_any(s->ia, &s->port, s->cr, DAT_PSP_CONSUMER_FLAG, &s->psp));
+	/* not a port of the stock programs run by the same CI job (as
+	 * test_api_conn's psp_any) */
+	for (int held = 0;; held++) {
+		DAT_PSP_HANDLE psp;
+		DAT_CONN_QUAL port;
+
+		assert_ok(dat_psp_create_any(s->ia, &port, s->cr, DAT_PSP_CONSUMER_FLAG, &psp));
+		if (!(port == 15828 || port == 45248 || port >= 62000) || held == 8) {
+			s->psp = psp;
+			s->port = port;
+			break;
+		}
+		/* kept until the IA closes, so that the next port differs */
+	}
 }
 
 static void srv_close(struct srv *s)
