@@ -20,7 +20,7 @@
  * a stale EAGAIN (then it keeps the bytes and the handle): a few bytes
  * would make the outcome depend on errno, not on dapl-ofi.
  *
- * Links -ldat2 only; the IA is ofi-lo through DAT_OVERRIDE.  About 1 s.
+ * Links -ldat2 only; the IA is ofi-lo through DAT_OVERRIDE.  About 2 s.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -32,6 +32,8 @@
 #include <dirent.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <sys/socket.h>
 
 #include <dat2/udat.h>
@@ -296,6 +298,92 @@ static void test_pending_cr_survives_half_received_reset(void **state)
 	alarm(0);
 }
 
+/* Raw clients that connect and send a whole request at once, one after
+ * the other, while the PSP on their port is created and freed: requests
+ * caught at every step (accepted and unread, read and queued in the event
+ * queue, delivered as CRs) when their listener goes. */
+struct storm {
+	DAT_CONN_QUAL port;
+	atomic_bool stop;
+	atomic_int answered;	/* requests the server reset or refused */
+};
+
+static void *storm_main(void *arg)
+{
+	struct storm *st = arg;
+
+	while (!atomic_load(&st->stop)) {
+		struct sockaddr_in a = { .sin_family = AF_INET };
+		int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		struct pollfd pfd = { .fd = fd, .events = POLLIN };
+
+		if (fd < 0)
+			break;
+		a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+		a.sin_port = htons((uint16_t)st->port);
+		if (connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0) {
+			send_connreq(fd);
+			if (poll(&pfd, 1, 200) == 1)
+				atomic_fetch_add(&st->answered, 1);
+		}
+		close(fd);
+	}
+	return NULL;
+}
+
+/* Every CR of the CR EVD rejected; their count. */
+static int reject_all(DAT_EVD_HANDLE cr)
+{
+	DAT_EVENT ev;
+	int n = 0;
+
+	while (dat_evd_dequeue(cr, &ev) == DAT_SUCCESS) {
+		assert_int_equal(ev.event_number, DAT_CONNECTION_REQUEST_EVENT);
+		assert_ok(dat_cr_reject(ev.event_data.cr_arrival_event_data.cr_handle, 0, NULL));
+		n++;
+	}
+	return n;
+}
+
+static void test_psp_free_races_requests(void **state)
+{
+	struct srv s;
+	struct storm st;
+	pthread_t t;
+	int crs = 0, rounds = 0;
+	uint64_t end;
+
+	(void)state;
+	watchdog(__func__, 60);
+	srv_open(&s);
+	memset(&st, 0, sizeof(st));
+	st.port = s.port;
+	assert_int_equal(pthread_create(&t, NULL, storm_main, &st), 0);
+	end = now_ns() + 1500u * 1000000u;
+	while (now_ns() < end) {
+		DAT_RETURN rc;
+
+		sleep_ms((unsigned)(rounds % 3));
+		crs += reject_all(s.cr);
+		assert_ok(dat_psp_free(s.psp));
+		crs += reject_all(s.cr);	/* a freed PSP's CRs keep its port */
+		do {
+			rc = dat_psp_create(s.ia, s.port, s.cr, DAT_PSP_CONSUMER_FLAG, &s.psp);
+			if (rc != DAT_SUCCESS)
+				crs += reject_all(s.cr);
+		} while (rc != DAT_SUCCESS && now_ns() < end + 1000u * 1000000u);
+		assert_ok(rc);
+		rounds++;
+	}
+	atomic_store(&st.stop, true);
+	assert_int_equal(pthread_join(t, NULL), 0);
+	print_message("# %d PSPs freed under %d requests answered, %d of them as CRs\n",
+		      rounds, atomic_load(&st.answered), crs);
+	assert_true(rounds > 10 && atomic_load(&st.answered) > 10);
+	srv_close(&s);
+	alarm(0);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -303,6 +391,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_ia_close_with_request_half_received),
 		cmocka_unit_test(test_psp_free_with_many_requests_half_received),
 		cmocka_unit_test(test_pending_cr_survives_half_received_reset),
+		cmocka_unit_test(test_psp_free_races_requests),
 	};
 
 	watchdog_install();
