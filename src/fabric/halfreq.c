@@ -16,6 +16,8 @@
  * tcpx_cm_recv_req frees the handle and touches no pep: dfi_pep_close
  * (cm.c) puts each of these sockets there with connect(AF_UNSPEC), which
  * resets the connection and drops what it had received, then runs the EQ.
+ * Only on libfabric before 1.18: from 1.18 on, tcp is the net code, whose
+ * error path (xnet_recv_conn_req) reads the listener as well.
  */
 #include "fabric_int.h"
 #include "util/log.h"
