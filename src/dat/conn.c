@@ -169,6 +169,7 @@ DAT_RETURN dfi_psp_query(DAT_PSP_HANDLE h, DAT_PSP_PARAM_MASK mask, DAT_PSP_PARA
 void dfi_sp_destroy(struct dfi_sp *sp)
 {
 	struct dfi_ia *ia = sp->hdr.ia;
+	struct dfi_ep *back = NULL;
 	bool keep;
 
 	pthread_mutex_lock(&ia->cm_lock);
@@ -185,14 +186,18 @@ void dfi_sp_destroy(struct dfi_sp *sp)
 		/* an RSP's EP reverts to the consumer */
 		if (sp->ep->rsp == sp)
 			sp->ep->rsp = NULL;
-		if (sp->ep->state == DAT_EP_STATE_RESERVED)
+		if (sp->ep->state == DAT_EP_STATE_RESERVED) {
 			dfi_ep_set_state(sp->ep, DAT_EP_STATE_UNCONNECTED);
+			back = sp->ep;
+		}
 		sp->ep = NULL;
 	}
 	pthread_mutex_unlock(&ia->cm_lock);
 	dfi_evq_unref(&sp->cr_evd->q);
 	if (!keep)
 		dfi_obj_retire(sp);
+	if (back)	/* unused: a fresh EP again, endpoint opened ahead */
+		dfi_ep_preopen(back);
 }
 
 /* A CR is accepted, rejected or destroyed (cm_lock held).  Returns its SP
@@ -289,12 +294,20 @@ DAT_RETURN dfi_rsp_create(DAT_IA_HANDLE h, DAT_CONN_QUAL qual, DAT_EP_HANDLE eph
 				  "EP %p is not unconnected", (void *)ep);
 	}
 	dfi_ep_set_state(ep, DAT_EP_STATE_RESERVED);
+	/* A reserved EP can only accept this RSP's request (DAT 2.0
+	 * dat_rsp_create; OFA uDAPL likewise), and tcp's accepting endpoint
+	 * comes from the request: the one opened ahead for a connect
+	 * (dfi_ep_preopen) would be closed unused at the accept.  It goes
+	 * now, with its socket; the EP opens one again if the RSP is freed
+	 * unused (dfi_sp_destroy), as a new EP does. */
+	dfi_ep_drop_spare(ep);
 	pthread_mutex_unlock(&ia->cm_lock);
 	rc = sp_create(ia, DFI_T_RSP, &qual, evd, DAT_PSP_CONSUMER_FLAG, ep, &sp);
 	if (rc != DAT_SUCCESS) {
 		pthread_mutex_lock(&ia->cm_lock);
 		dfi_ep_set_state(ep, DAT_EP_STATE_UNCONNECTED);
 		pthread_mutex_unlock(&ia->cm_lock);
+		dfi_ep_preopen(ep);
 		return rc;
 	}
 	ep->rsp = sp;

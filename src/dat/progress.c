@@ -230,6 +230,7 @@ static bool rcqs_watched(struct dfi_ia *ia)
 static void progress_all_cqs(struct dfi_ia *ia)
 {
 	struct dfi_evd *evds[64];
+	unsigned gen;
 	int n = 0;
 
 	pthread_mutex_lock(&ia->lock);
@@ -241,9 +242,19 @@ static void progress_all_cqs(struct dfi_ia *ia)
 		if (o->type == DFI_T_EVD && evd->cq && !evd->unwatched)
 			evds[n++] = evd;
 	}
+	gen = ia->cq_gen;
 	pthread_mutex_unlock(&ia->lock);
-	for (int i = 0; i < n; i++)
+	for (int i = 0; i < n; i++) {
+		bool gone;
+
+		/* a CNO agent run by an earlier pass may have freed it */
+		pthread_mutex_lock(&ia->lock);
+		gone = ia->cq_gen != gen;
+		pthread_mutex_unlock(&ia->lock);
+		if (gone)
+			break;
 		dfi_evq_source_notify_irq(&evds[i]->q);
+	}
 	poll_rcqs(ia, false);
 }
 
@@ -768,6 +779,15 @@ static void *progress_main(void *arg)
 			 * wait a lease; a stream of passes closer together than
 			 * they last parks as above. */
 			pthread_mutex_lock(&ia->lock);
+			/* The pass may have run user code (a CNO's proxy
+			 * agent) that freed this EVD or another: nothing of
+			 * theirs is read after it, the rest of the batch is
+			 * skipped and every watched CQ re-armed (as above). */
+			if (ia->cq_gen != cgen) {
+				stale = true;
+				pthread_mutex_unlock(&ia->lock);
+				continue;
+			}
 			if (evd->cq) {
 				uint64_t end = dfi_now_ns();
 				bool dense = evd->pass_end && now - evd->pass_end < end - now;

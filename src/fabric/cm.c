@@ -22,11 +22,18 @@ struct dfi_eq {
 	struct fid_eq *eq;
 	struct fid_fabric *fabric;
 	int fd;
+	/* Events read ahead by dfi_pep_close (the caller's lock, as every
+	 * read): stash[head..n) come before libfabric's queue. */
+	struct dfi_cm_event *stash;
+	int head, n, cap;
+	atomic_int stashed;	/* n - head, for dfi_eq_trywait (no lock) */
 };
 
 struct dfi_pep {
 	struct fid_pep *pep;
 	struct fi_info *info;
+	struct dfi_eq *eq;
+	void *ctx;
 };
 
 struct dfi_srx {
@@ -63,6 +70,11 @@ void dfi_eq_close(struct dfi_eq *q)
 {
 	if (!q)
 		return;
+	/* every listener was closed first, taking its requests out */
+	for (int i = q->head; i < q->n; i++)
+		if (q->stash[i].type == DFI_CM_CONNREQ)
+			fi_freeinfo(q->stash[i].req);
+	free(q->stash);
 	fi_close(&q->eq->fid);
 	free(q);
 }
@@ -75,12 +87,17 @@ int dfi_eq_fd(struct dfi_eq *q)
 int dfi_eq_trywait(struct dfi_eq *q)
 {
 	struct fid *fids[1] = { &q->eq->fid };
-	int rc = fi_trywait(q->fabric, fids, 1);
+	int rc;
+
+	if (atomic_load_explicit(&q->stashed, memory_order_relaxed))
+		return -EAGAIN;		/* read ahead by dfi_pep_close */
+	rc = fi_trywait(q->fabric, fids, 1);
 
 	return rc == -FI_EAGAIN ? -EAGAIN : rc;
 }
 
-int dfi_eq_read(struct dfi_eq *q, struct dfi_cm_event *ev)
+/* The next event of libfabric's queue (dfi_eq_read's results). */
+static int eq_read_fi(struct dfi_eq *q, struct dfi_cm_event *ev)
 {
 	/* the entry ends in a flexible array: the private data follows it */
 	_Alignas(struct fi_eq_cm_entry) uint8_t raw[sizeof(struct fi_eq_cm_entry) + DFI_PDATA_MAX];
@@ -137,6 +154,34 @@ int dfi_eq_read(struct dfi_eq *q, struct dfi_cm_event *ev)
 	return 1;
 }
 
+int dfi_eq_read(struct dfi_eq *q, struct dfi_cm_event *ev)
+{
+	if (q->head < q->n) {
+		*ev = q->stash[q->head++];
+		if (q->head == q->n)
+			q->head = q->n = 0;
+		atomic_store_explicit(&q->stashed, q->n - q->head, memory_order_relaxed);
+		return 1;
+	}
+	return eq_read_fi(q, ev);
+}
+
+/* Keep ev for dfi_eq_read; false without memory. */
+static bool eq_stash(struct dfi_eq *q, const struct dfi_cm_event *ev)
+{
+	if (q->n == q->cap) {
+		int cap = q->cap ? 2 * q->cap : 8;
+		struct dfi_cm_event *s = realloc(q->stash, (size_t)cap * sizeof(*s));
+
+		if (!s)
+			return false;
+		q->stash = s;
+		q->cap = cap;
+	}
+	q->stash[q->n++] = *ev;
+	return true;
+}
+
 void dfi_connreq_free(void *req)
 {
 	fi_freeinfo(req);
@@ -161,6 +206,8 @@ int dfi_pep_listen(struct dfi_fabric *f, struct dfi_eq *eq, uint16_t port, void 
 
 	if (!p)
 		return -ENOMEM;
+	p->eq = eq;
+	p->ctx = ctx;
 	p->info = fi_dupinfo(f->info);
 	if (!p->info) {
 		free(p);
@@ -198,13 +245,84 @@ int dfi_pep_listen(struct dfi_fabric *f, struct dfi_eq *eq, uint16_t port, void 
 	return 0;
 }
 
+/* Refuse a request of p that will never become a CR. */
+static void pep_refuse(struct dfi_pep *p, void *req)
+{
+	struct fi_info *info = req;
+
+	fi_reject(p->pep, info->handle, NULL, 0);
+	fi_freeinfo(info);
+}
+
+/* libfabric 1.17's tcp provider frees a listener under the requests it
+ * has accepted and not delivered (halfreq.c says how).  So, with the
+ * caller's lock that every read of the EQ takes: the requests it has
+ * delivered into the EQ are taken out and refused while the listener
+ * lives (the other events wait in the stash for dfi_eq_read); once it is
+ * closed, those it holds half read are reset, and the EQ run until
+ * libfabric has freed them (its error path touches no listener). */
 void dfi_pep_close(struct dfi_pep *p)
 {
+	struct dfi_eq *q;
+	struct sockaddr_in me;
+	size_t len = sizeof(me);
+	struct dfi_cm_event ev;
+	struct dfi_halfreq h[64];
+	int n, k, w;
+	bool tcp;
+
 	if (!p)
 		return;
+	q = p->eq;
+	/* tcp before 1.18 (tcpx): from 1.18 tcp is the net code, whose error
+	 * path reads the listener too (xnet_pep_close's TODO): a reset there
+	 * would not help */
+	tcp = strcmp(p->info->fabric_attr->prov_name, "tcp") == 0 &&
+	      FI_VERSION_LT(fi_version(), FI_VERSION(1, 18));
+	if (fi_getname(&p->pep->fid, &me, &len) || len != sizeof(me) || me.sin_family != AF_INET)
+		tcp = false;
+	for (k = 0; tcp && k < 4096 && eq_read_fi(q, &ev) > 0; k++) {
+		if (ev.type == DFI_CM_CONNREQ && ev.ctx == p->ctx) {
+			pep_refuse(p, ev.req);
+		} else if (!eq_stash(q, &ev)) {
+			dfi_err(DFI_SS_FABRIC, "no memory to keep a CM event: dropped");
+			if (ev.type == DFI_CM_CONNREQ)
+				fi_freeinfo(ev.req);
+		}
+	}
+	for (w = k = q->head; tcp && k < q->n; k++) {
+		if (q->stash[k].type == DFI_CM_CONNREQ && q->stash[k].ctx == p->ctx)
+			pep_refuse(p, q->stash[k].req);
+		else
+			q->stash[w++] = q->stash[k];
+	}
+	if (tcp && (q->n = w) == q->head)
+		q->head = q->n = 0;
+	atomic_store_explicit(&q->stashed, q->n - q->head, memory_order_relaxed);
 	fi_close(&p->pep->fid);
 	fi_freeinfo(p->info);
 	free(p);
+	/* more than h holds: the rest in another round */
+	for (int round = 0; tcp && round < 8; round++) {
+		n = dfi_halfreq_break(&me, h, (int)(sizeof(h) / sizeof(h[0])));
+		if (!n)
+			break;
+		for (int pass = 0; pass < 16 && n; pass++) {
+			uint32_t event;
+			uint8_t buf[sizeof(struct fi_eq_cm_entry) + DFI_PDATA_MAX];
+
+			/* tcpx_cm_recv_req reads errno after a short recv:
+			 * a stale EAGAIN would keep the handle */
+			errno = 0;
+			(void)fi_eq_read(q->eq, &event, buf, sizeof(buf), FI_PEEK);
+			for (k = 0; k < n; k++)
+				if (!dfi_halfreq_open(&h[k]))
+					h[k--] = h[--n];
+		}
+		if (n)
+			dfi_warn(DFI_SS_FABRIC, "%d request(s) half received on port %u outlived "
+				 "their listener", n, ntohs(me.sin_port));
+	}
 }
 
 int dfi_pep_reject(struct dfi_pep *p, void *req, const void *pdata, size_t plen)

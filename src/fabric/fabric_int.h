@@ -5,6 +5,7 @@
 #include "fabric.h"
 
 #include <stdatomic.h>
+#include <sys/types.h>
 
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
@@ -52,5 +53,16 @@ struct dfi_cq {
 	int ahead_pos, ahead_n;
 	struct dfi_comp ahead[DFI_CQ_BATCH];
 };
+
+/* halfreq.c: the connections a tcp listener at `me` has accepted and not
+ * read a request from, reset; up to max, recorded in h.  0 when none. */
+struct dfi_halfreq {
+	int fd;
+	dev_t dev;
+	ino_t ino;
+};
+int dfi_halfreq_break(const struct sockaddr_in *me, struct dfi_halfreq *h, int max);
+/* h's socket is still open (libfabric has not closed it yet). */
+bool dfi_halfreq_open(const struct dfi_halfreq *h);
 
 #endif

@@ -4223,6 +4223,149 @@ static void test_ep_reset_preopens(void **state)
 	alarm(0);
 }
 
+/* An RSP's EP can only accept that RSP's request (DAT 2.0
+ * dat_rsp_create), and tcp accepts on an endpoint made from the request: the
+ * one a new EP opens ahead for a connect goes at dat_rsp_create (it was
+ * kept, unused, until the accept).  Freed unused, the RSP gives the EP back
+ * UNCONNECTED with one opened ahead again, and it connects; an RSP used
+ * accepts as before.  The client's IA listens on nothing, so its EPs open
+ * ahead (unless DAPL_OFI_EP_PREOPEN=0). */
+static void test_rsp_drops_spare_endpoint(void **state)
+{
+	struct pair *p = *state;
+	const char *v = getenv("DAPL_OFI_EP_PREOPEN");
+	bool ahead = !v || atol(v) > 0;
+	DAT_EP_ATTR a = ep_attr(EP_DTOS, EP_DTOS);
+	DAT_CONN_QUAL port = dead_port(&p->s), port2 = dead_port(&p->s);
+	DAT_EP_HANDLE ep2, sep2;
+	DAT_RSP_HANDLE rsp;
+	DAT_CR_HANDLE cr;
+	int before, with, after;
+
+	watchdog(__func__, 60);
+	before = open_fds();
+	assert_ok(dat_rsp_create(p->c.ia, port, p->c.ep, p->c.cr, &rsp));
+	with = open_fds();
+	print_message("# open files: %d, %d with the RSP (its listener)\n", before, with);
+	/* (with none opened ahead, the first listener also starts the IA's
+	 * progress thread and event queue: no count to expect) */
+	if (ahead && with != before)
+		fail_msg("dat_rsp_create: %d open files, then %d: the RSP's EP kept its "
+			 "endpoint opened ahead beside the RSP's listener", before, with);
+	assert_ok(dat_rsp_free(rsp));
+	after = open_fds();
+	assert_int_equal(ep_state(p->c.ep), DAT_EP_STATE_UNCONNECTED);
+	if (ahead && after != before)
+		fail_msg("dat_rsp_free of an unused RSP: %d open files, %d before the RSP: "
+			 "the EP did not get its endpoint opened ahead back", after, before);
+	establish(p);
+	data_both_ways(p, p->s.ep, p->c.ep, 37);
+
+	/* an RSP used: the accept opens the request's endpoint */
+	assert_ok(dat_ep_create(p->c.ia, p->c.pz, p->c.rcv, p->c.req, p->c.conn, &a, &ep2));
+	assert_ok(dat_ep_create(p->s.ia, p->s.pz, p->s.rcv, p->s.req, p->s.conn, &a, &sep2));
+	before = open_fds();
+	assert_ok(dat_rsp_create(p->c.ia, port2, ep2, p->c.cr, &rsp));
+	with = open_fds();
+	assert_int_equal(with, before + (ahead ? 0 : 1));
+	assert_ok(connect_to(sep2, port2, NULL, 0));
+	cr = wait_cr(&p->c, rsp, port2);
+	assert_ok(dat_cr_accept(cr, DAT_HANDLE_NULL, 0, NULL));
+	expect_conn(p->c.conn, DAT_CONNECTION_EVENT_ESTABLISHED, ep2, 5000, "client (RSP)", NULL);
+	expect_conn(p->s.conn, DAT_CONNECTION_EVENT_ESTABLISHED, sep2, 5000, "server", NULL);
+	assert_ok(dat_rsp_free(rsp));
+	assert_int_equal(ep_state(ep2), DAT_EP_STATE_CONNECTED);
+	alarm(0);
+}
+
+/* ======================= a CNO agent that frees the EVD it was called for */
+
+/* What the agent did, seen by the test (it runs on the progress thread). */
+struct agent_run {
+	DAT_EP_HANDLE ep;
+	DAT_EVD_HANDLE evd;
+	DAT_CNO_HANDLE cno;
+	DAT_RETURN ep_rc, evd_rc, cno_rc;
+	char thread[16];
+	atomic_bool posted, done;
+};
+
+/* A consumer tearing down from its CNO agent: the EP, then the EVD the
+ * agent was called for (user code run by the provider's thread). */
+static void agent_frees(DAT_PVOID data, DAT_EVD_HANDLE evd)
+{
+	struct agent_run *r = data;
+	uint64_t end = now_ns() + 5000u * 1000000u;
+
+	/* not under the post that is still returning (DAT: no free of an EP
+	 * while another thread posts on it) */
+	while (!atomic_load(&r->posted) && now_ns() < end)
+		sleep_ms(1);
+	pthread_getname_np(pthread_self(), r->thread, sizeof(r->thread));
+	r->ep_rc = dat_ep_free(r->ep);
+	r->evd_rc = evd == r->evd ? dat_evd_free(evd) : ERR(DAT_INVALID_HANDLE, 0);
+	/* its own CNO: in use while its agent runs (DAT_INVALID_STATE) */
+	r->cno_rc = dat_cno_free(r->cno);
+	atomic_store(&r->done, true);
+}
+
+/* A send's completion reaches its request EVD through the progress thread,
+ * whose CNO agent frees the EP and that very EVD, and tries its own CNO.
+ * The thread went on to read the freed EVD after the pass (its CQ, to park
+ * or re-arm it): a crash on the poisoned object, in every build.  It must
+ * skip it; the CNO refuses to go while its agent runs (CNO_IN_USE) and
+ * frees once the agent has returned; the IA stays usable. */
+static void test_cno_agent_frees_its_evd(void **state)
+{
+	struct pair *p = *state;
+	DAT_EP_ATTR a = ep_attr(EP_DTOS, EP_DTOS);
+	struct agent_run r;
+	DAT_OS_WAIT_PROXY_AGENT agent = { .instance_data = &r, .proxy_agent_func = agent_frees };
+	DAT_CNO_HANDLE cno;
+	DAT_EVD_HANDLE creq;
+	DAT_EVENT ev;
+	uint64_t end;
+
+	watchdog(__func__, 60);
+	memset(&r, 0, sizeof(r));
+	assert_ok(dat_cno_create(p->c.ia, agent, &cno));
+	assert_ok(dat_evd_create(p->c.ia, DTO_QLEN, cno, DAT_EVD_DTO_FLAG, &creq));
+	assert_ok(dat_ep_free(p->c.ep));
+	assert_ok(dat_ep_create(p->c.ia, p->c.pz, p->c.rcv, creq, p->c.conn, &a, &p->c.ep));
+	establish(p);
+	r.ep = p->c.ep;
+	r.evd = creq;
+	r.cno = cno;
+	assert_ok(post_recv1(&p->s, 0, 64, 1));
+	/* the consumer stays off creq: its completion is the thread's to read */
+	assert_ok(post_send1(&p->c, 0, 64, 2, DAT_COMPLETION_DEFAULT_FLAG));
+	atomic_store(&r.posted, true);
+	end = now_ns() + 5000u * 1000000u;
+	while (!atomic_load(&r.done) && now_ns() < end)
+		sleep_ms(1);
+	if (!atomic_load(&r.done))
+		fail_msg("the CNO agent was not called within 5 s of the send");
+	print_message("# agent ran on thread '%s'\n", r.thread);
+	assert_string_equal(r.thread, "dfi-progress");
+	assert_ok(r.ep_rc);
+	assert_ok(r.evd_rc);
+	assert_rc(r.cno_rc, ERR(DAT_INVALID_STATE, DAT_INVALID_STATE_CNO_IN_USE));
+	p->c.ep = DAT_HANDLE_NULL;
+	expect_dto(p->s.rcv, p->s.ep, 1, DAT_DTO_RECEIVE, DAT_DTO_SUCCESS, 64, 5000,
+		   "the server's receive");
+	sleep_ms(50);		/* the thread's next passes, on the client's other CQs */
+	assert_ok(dat_cno_free(cno));
+	/* the IA goes on: the server's EP saw its peer go; a new pair connects */
+	assert_ok(wait_ev(p->s.conn, 5000, &ev));
+	assert_true(is_conn_end(ev.event_number));
+	assert_ok(dat_ep_free(p->s.ep));
+	assert_ok(side_ep(&p->s, &a));
+	assert_ok(side_ep(&p->c, &a));
+	establish(p);
+	data_both_ways(p, p->s.ep, p->c.ep, 29);
+	alarm(0);
+}
+
 /* ============================ the progress thread beside a waiting target */
 
 /* Context switches of this process's progress threads (named dfi-progress
@@ -4498,6 +4641,8 @@ int main(int argc, char **argv)
 		TP(test_ep_dup_connect),
 		TP(test_csp_common_connect),
 		TP(test_ep_reset_preopens),
+		TP(test_cno_agent_frees_its_evd),
+		TP(test_rsp_drops_spare_endpoint),
 		/* 2. data */
 		TP(test_send_recv_segments),
 		TP(test_many_receives_before_connect),

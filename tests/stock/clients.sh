@@ -13,6 +13,8 @@
 #                     names are listed by CLIENTS_CASES=list)
 #   CLIENTS_WRAP      prefix for every stock command, e.g. "valgrind -q" or
 #                     "env LD_PRELOAD=/path/libasan.so ASAN_OPTIONS=detect_leaks=0"
+#   CLIENTS_EXTRA     one more case, "NAME PROGRAM FLAGS...", run after the
+#                     others (or alone: CLIENTS_CASES=NAME)
 #   CLIENTS_IA        IA name (default: ofi-lo); CLIENTS_IA_RR the IA with
 #                     DAT_IB_RDMA_READ=TRUE for dtest-rr (default: ofi-lo-rr)
 #   CLIENTS_TIMEOUT   seconds each process may run (default: 60)
@@ -62,12 +64,45 @@ SIDE_PORT=15828		# dtest/dtestcm TCP side channel
 CONN_PORT=45248		# conn_qual of all three programs
 TAIL=20			# log lines shown per side after a failure
 
+bail() { echo "Bail out! $*"; exit 2; }
+
+# dtestcm's -c (connections, default 1000) and -b (burst, default 100): the
+# client connects in groups of -b and indexes its h_ep[-c] array up to the
+# next multiple of -b, so a -b that does not divide -c writes and connects
+# handles past the array's end (the stock program's own bug, dapl2-utils
+# 2.1.10: dapl-ofi refuses the garbage handles with DAT_INVALID_HANDLE_EP at
+# best, and the overrun may crash dtestcm first).  Such a case is never
+# run: the whole script refuses it.  Prints why, or nothing when it is sound.
+dtestcm_unsound() {
+	local c=1000 b=100 a
+	while [ $# -gt 0 ]; do
+		a=$1
+		shift
+		case $a in
+		-c) c=${1:-}; shift ;;
+		-c*) c=${a#-c} ;;
+		-b) b=${1:-}; shift ;;
+		-b*) b=${a#-b} ;;
+		esac
+	done
+	if ! [[ $c =~ ^[0-9]+$ && $b =~ ^[0-9]+$ ]]; then
+		echo "-c '$c' / -b '$b' are not counts"
+	elif [ "$b" -eq 0 ] || [ $((c % b)) -ne 0 ]; then
+		echo "-b $b does not divide -c $c: dtestcm would overrun its h_ep[$c] array" \
+			"(its own bug); give a -b that divides -c"
+	fi
+}
+
 # ---- the cases: name -> program, IA, flags given to both sides ------------
 CASE_ORDER=()
 declare -A C_PROG=() C_IA=() C_ARGS=()
 add() {
-	local name=$1 prog=$2 ia=$3
+	local name=$1 prog=$2 ia=$3 why
 	shift 3
+	if [ "$prog" = dtestcm ]; then
+		why=$(dtestcm_unsound "$@")
+		[ -z "$why" ] || bail "case $name: dtestcm $*: $why"
+	fi
 	CASE_ORDER+=("$name")
 	C_PROG[$name]=$prog C_IA[$name]=$ia C_ARGS[$name]="$*"
 }
@@ -88,6 +123,12 @@ add dtestsrq-srq-c4 dtestsrq "$IA"    -c 4 -B 8 -t 3 -b 1024
 # server's EP_BROKEN events may outrun it on a loaded machine (overflow)
 add dtestsrq-srq-c8 dtestsrq "$IA"    -c 8 -B 10 -t 10 -b 4096
 add dtestsrq-nosrq  dtestsrq "$IA"    -c 2 -B 4 -t 3 -b 1024 -S 0
+if [ -n "${CLIENTS_EXTRA:-}" ]; then
+	read -ra extra <<<"$CLIENTS_EXTRA"
+	[ ${#extra[@]} -ge 2 ] || bail "CLIENTS_EXTRA='$CLIENTS_EXTRA': want NAME PROGRAM FLAGS..."
+	[ -z "${C_PROG[${extra[0]}]+x}" ] || bail "CLIENTS_EXTRA: case ${extra[0]} exists already"
+	add "${extra[0]}" "${extra[1]}" "$IA" "${extra[@]:2}"
+fi
 
 if [ "${CLIENTS_CASES:-}" = list ]; then
 	for c in "${CASE_ORDER[@]}"; do
@@ -95,8 +136,6 @@ if [ "${CLIENTS_CASES:-}" = list ]; then
 	done
 	exit 0
 fi
-
-bail() { echo "Bail out! $*"; exit 2; }
 
 SELECTED=()
 if [ -n "${CLIENTS_CASES:-}" ]; then
