@@ -65,4 +65,9 @@ int dfi_halfreq_break(const struct sockaddr_in *me, struct dfi_halfreq *h, int m
 /* h's socket is still open (libfabric has not closed it yet). */
 bool dfi_halfreq_open(const struct dfi_halfreq *h);
 
+/* Call visit(fd, arg) on each open descriptor of the process (but the
+ * walk's own) until it returns true: that fd, -1 if none did, or -errno
+ * when /proc/self/fd cannot be read (fdwalk.c). */
+int dfi_fd_walk(bool (*visit)(int fd, void *arg), void *arg);
+
 #endif

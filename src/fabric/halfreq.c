@@ -22,7 +22,6 @@
 #include "fabric_int.h"
 #include "util/log.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <linux/tcp.h>
 #include <stdlib.h>
@@ -70,41 +69,44 @@ static bool halfreq_is(int fd, const struct sockaddr_in *me)
 	return ti.tcpi_bytes_received - (uint64_t)unread < HALFREQ_HDR;
 }
 
-int dfi_halfreq_break(const struct sockaddr_in *me, struct dfi_halfreq *h, int max)
+struct breaking {
+	const struct sockaddr_in *me;
+	struct dfi_halfreq *h;
+	int n, max;
+};
+
+static bool break_one(int fd, void *arg)
 {
 	struct sockaddr unspec = { .sa_family = AF_UNSPEC };
-	struct dirent *d;
-	DIR *dir;
-	int n = 0;
+	struct breaking *b = arg;
+	struct stat st;
 
-	dir = opendir("/proc/self/fd");
-	if (!dir) {
+	if (!halfreq_is(fd, b->me) || fstat(fd, &st) || connect(fd, &unspec, sizeof(unspec)))
+		return false;
+	b->h[b->n].fd = fd;
+	b->h[b->n].dev = st.st_dev;
+	b->h[b->n].ino = st.st_ino;
+	return ++b->n == b->max;
+}
+
+int dfi_halfreq_break(const struct sockaddr_in *me, struct dfi_halfreq *h, int max)
+{
+	struct breaking b = { me, h, 0, max };
+	int rc;
+
+	if (max <= 0)
+		return 0;
+	rc = dfi_fd_walk(break_one, &b);
+	if (rc < -1) {
+		errno = -rc;
 		dfi_warn(DFI_SS_FABRIC, "/proc/self/fd: %m: requests half received on port %u "
 			 "left to libfabric", ntohs(me->sin_port));
 		return 0;
 	}
-	while (n < max && (d = readdir(dir))) {
-		char *end;
-		long fd = strtol(d->d_name, &end, 10);
-
-		if (*end || end == d->d_name || fd < 0 || fd == dirfd(dir))
-			continue;
-		struct stat st;
-
-		if (!halfreq_is((int)fd, me) || fstat((int)fd, &st))
-			continue;
-		if (connect((int)fd, &unspec, sizeof(unspec)))
-			continue;
-		h[n].fd = (int)fd;
-		h[n].dev = st.st_dev;
-		h[n].ino = st.st_ino;
-		n++;
-	}
-	closedir(dir);
-	if (n)
+	if (b.n)
 		dfi_dbg(DFI_SS_FABRIC, "listener on port %u closed with %d request(s) half "
-			"received: reset", ntohs(me->sin_port), n);
-	return n;
+			"received: reset", ntohs(me->sin_port), b.n);
+	return b.n;
 }
 
 bool dfi_halfreq_open(const struct dfi_halfreq *h)

@@ -18,7 +18,6 @@
 #include "fabric_int.h"
 #include "util/log.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <linux/tcp.h>		/* tcp_info with tcpi_snd_wnd; not <netinet/tcp.h> */
 #include <netinet/in.h>
@@ -54,14 +53,24 @@ static bool sock_is(int fd, const struct sockaddr_in *self, const struct sockadd
 	       same_in(&a, peer);
 }
 
+struct ends {
+	const struct sockaddr_in *self, *peer;
+};
+
+static bool has_ends(int fd, void *arg)
+{
+	const struct ends *e = arg;
+
+	return sock_is(fd, e->self, e->peer);
+}
+
 /* The fd whose socket has these ends, or -1.  Around the hint first, then
- * every fd of the process (one readdir of /proc/self/fd). */
+ * every fd of the process. */
 static int find_sock(const struct sockaddr_in *self, const struct sockaddr_in *peer)
 {
 	int hint = atomic_load_explicit(&sock_hint, memory_order_relaxed);
-	struct dirent *d;
-	DIR *dir;
-	int fd = -1;
+	struct ends e = { self, peer };
+	int fd;
 
 	/* above the hint first: sockets opened in a row connect in a row */
 	if (hint >= 0) {
@@ -72,22 +81,8 @@ static int find_sock(const struct sockaddr_in *self, const struct sockaddr_in *p
 			if (sock_is(i, self, peer))
 				return i;
 	}
-	dir = opendir("/proc/self/fd");
-	if (!dir)
-		return -1;
-	while ((d = readdir(dir)) != NULL) {
-		char *end;
-		long n = strtol(d->d_name, &end, 10);
-
-		if (*end || end == d->d_name || n == dirfd(dir) || n < 0 || n > INT32_MAX)
-			continue;
-		if (sock_is((int)n, self, peer)) {
-			fd = (int)n;
-			break;
-		}
-	}
-	closedir(dir);
-	return fd;
+	fd = dfi_fd_walk(has_ends, &e);
+	return fd < 0 ? -1 : fd;
 }
 
 static int set_opt(int fd, int level, int name, int val)
