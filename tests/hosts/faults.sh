@@ -348,9 +348,31 @@ dtest_across() {
 	report "dtest across the hosts, $1 % of a's packets lost: PASSED on both" "$p"
 }
 
+# the stock dapltest across the hosts: a validated transaction mix (sends
+# both ways, RDMA read and write, 4 segments), with LOSS % of a's packets
+# lost; its server stops on -T Q
+dapltest_across() {
+	local p="" s
+	[ "$1" -gt 0 ] && hosts_drop a both "$1"
+	hosts_spawn b "$work/b.log" timeout 90 dapltest -T S -D ofi-host
+	pb=$HOSTS_PID
+	sleep 1
+	hosts_run a timeout 60 dapltest -T T -s "$HOSTS_ADDR_B" -D ofi-host -i 100 -V \
+		client SR 1024 4 server SR 1024 4 client RR 8192 2 server RW 2048 4 >"$work/a.log" 2>&1
+	hosts_run a timeout 20 dapltest -T Q -s "$HOSTS_ADDR_B" -D ofi-host >>"$work/a.log" 2>&1
+	wait_pid "$pb" 30 || p+="b: the dapltest server did not stop on -T Q"$'\n'
+	grep -q 'Total WQE' "$work/a.log" || p+="a: no 'Total WQE' statistics"$'\n'
+	for s in a b; do
+		grep -v '^dapl-ofi\[' "$work/$s.log" | grep -qiE 'error|fail|mismatch' &&
+			p+="$s: $(grep -v '^dapl-ofi\[' "$work/$s.log" | grep -m1 -iE 'error|fail|mismatch')"$'\n'
+	done
+	stop_peers
+	report "dapltest -T T -V across the hosts, $1 % of a's packets lost: validated" "$p"
+}
+
 cases=${*:-partition-streaming partition-idle partition-a-out partition-a-in \
 flap loss-3 loss-20 kill-sender kill-receiver kill-idle stop-idle stop-streaming connect-dropped \
-listener-killed listener-partitioned listener-partitioned-inf thousand dtest}
+listener-killed listener-partitioned listener-partitioned-inf thousand dtest dapltest}
 for c in $cases; do
 	case $c in
 	partition-streaming)
@@ -398,6 +420,8 @@ for c in $cases; do
 		thousand "$c: 1000 idle connections, then a partition: all BROKEN on both sides after ${T} ms" ;;
 	dtest)
 		dtest_across 0; dtest_across 3 ;;
+	dapltest)
+		dapltest_across 0; dapltest_across 3 ;;
 	*) echo "faults.sh: no case '$c'" >&2; exit 2 ;;
 	esac
 done
