@@ -90,11 +90,10 @@ static int set_opt(int fd, int level, int name, int val)
 	return setsockopt(fd, level, name, &val, sizeof(val));
 }
 
-int dfi_fep_arm_liveness(struct dfi_fep *e, unsigned timeout_ms)
+int dfi_fep_arm_liveness(struct dfi_fep *e, unsigned timeout_ms, bool connecting)
 {
 	struct sockaddr_in self, peer;
 	size_t len = sizeof(self);
-	bool known_peer;
 	int fd, idle, intvl;
 
 	if (e->sock >= 0 || !timeout_ms)
@@ -103,8 +102,9 @@ int dfi_fep_arm_liveness(struct dfi_fep *e, unsigned timeout_ms)
 	    self.sin_family != AF_INET || !self.sin_port)
 		return -ENOENT;
 	len = sizeof(peer);
-	known_peer = !fi_getpeer(e->ep, &peer, &len) && len == sizeof(peer);
-	fd = find_sock(&self, known_peer ? &peer : NULL);
+	if (!connecting && (fi_getpeer(e->ep, &peer, &len) || len != sizeof(peer)))
+		return -ENOENT;
+	fd = find_sock(&self, connecting ? NULL : &peer);
 	if (fd < 0)
 		return -ENOENT;	/* not a socket provider: verbs has its own */
 	atomic_store_explicit(&sock_hint, fd, memory_order_relaxed);
@@ -117,10 +117,11 @@ int dfi_fep_arm_liveness(struct dfi_fep *e, unsigned timeout_ms)
 		idle = 1;
 	if (intvl < 1)
 		intvl = 1;
+	/* no TCP_KEEPCNT: with a user timeout the kernel counts time, not
+	 * probes */
 	if (set_opt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, (int)timeout_ms) ||
 	    set_opt(fd, IPPROTO_TCP, TCP_KEEPIDLE, idle) ||
 	    set_opt(fd, IPPROTO_TCP, TCP_KEEPINTVL, intvl) ||
-	    set_opt(fd, IPPROTO_TCP, TCP_KEEPCNT, 1 + (int)timeout_ms / (intvl * 1000)) ||
 	    set_opt(fd, SOL_SOCKET, SO_KEEPALIVE, 1)) {
 		dfi_warn(DFI_SS_FABRIC, "arming keepalives on fd %d: %s", fd, strerror(errno));
 		return -errno;
