@@ -556,6 +556,10 @@ bool dfi_connect_timeouts(struct dfi_ia *ia);
 /* rmr.c */
 struct dfi_rmr;
 DAT_RETURN dfi_rmr_create(DAT_PZ_HANDLE, DAT_RMR_HANDLE *);
+DAT_RETURN dfi_rmr_create_for_ep(DAT_PZ_HANDLE, DAT_RMR_HANDLE *);
+DAT_RETURN dfi_ep_post_rdma_read_to_rmr(DAT_EP_HANDLE, const DAT_RMR_TRIPLET *, DAT_DTO_COOKIE,
+					const DAT_RMR_TRIPLET *, DAT_COMPLETION_FLAGS);
+DAT_RETURN dfi_ia_ha_related(DAT_IA_HANDLE, const DAT_NAME_PTR, DAT_BOOLEAN *);
 DAT_RETURN dfi_rmr_query(DAT_RMR_HANDLE, DAT_RMR_PARAM_MASK, DAT_RMR_PARAM *);
 DAT_RETURN dfi_rmr_bind(DAT_RMR_HANDLE, DAT_LMR_HANDLE, const DAT_LMR_TRIPLET *,
 			DAT_MEM_PRIV_FLAGS, DAT_VA_TYPE, DAT_EP_HANDLE, DAT_RMR_COOKIE,

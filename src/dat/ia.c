@@ -349,3 +349,21 @@ DAT_RETURN dfi_ia_close(DAT_IA_HANDLE h, DAT_CLOSE_FLAGS flags)
 	dfi_obj_retire(ia);
 	return DAT_SUCCESS;
 }
+
+/* dapl-ofi has no transparent failover: no other IA is HA-related to this
+ * one, whatever its provider.  (OFA uDAPL answers DAT_MODEL_NOT_SUPPORTED;
+ * a definite "no" lets a consumer go on without a special case.) */
+DAT_RETURN dfi_ia_ha_related(DAT_IA_HANDLE h, const DAT_NAME_PTR provider, DAT_BOOLEAN *answer)
+{
+	if (!dfi_obj_get(h, DFI_T_IA))
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_IA),
+				  "%p is not an IA handle", (void *)h);
+	if (!provider)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2),
+				  "provider name is NULL");
+	if (!answer)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3),
+				  "answer pointer is NULL");
+	*answer = DAT_FALSE;
+	return DAT_SUCCESS;
+}

@@ -48,6 +48,7 @@ static void fill_table(struct dfi_provider *p)
 	t->ia_open_func = dfi_ia_open;
 	t->ia_query_func = dfi_ia_query;
 	t->ia_close_func = dfi_ia_close;
+	t->ia_ha_related_func = dfi_ia_ha_related;
 	t->set_consumer_context_func = dfi_set_consumer_context;
 	t->get_consumer_context_func = dfi_get_consumer_context;
 	t->get_handle_type_func = dfi_get_handle_type;
@@ -90,6 +91,7 @@ static void fill_table(struct dfi_provider *p)
 	t->ep_post_recv_func = dfi_ep_post_recv;
 	t->ep_post_rdma_write_func = dfi_ep_post_rdma_write;
 	t->ep_post_rdma_read_func = dfi_ep_post_rdma_read;
+	t->ep_post_rdma_read_to_rmr_func = dfi_ep_post_rdma_read_to_rmr;
 	t->psp_create_func = dfi_psp_create;
 	t->cr_handoff_func = dfi_cr_handoff;
 	t->ep_dup_connect_func = dfi_ep_dup_connect;
@@ -107,6 +109,7 @@ static void fill_table(struct dfi_provider *p)
 	t->cr_accept_func = dfi_cr_accept;
 	t->cr_reject_func = dfi_cr_reject;
 	t->rmr_create_func = dfi_rmr_create;
+	t->rmr_create_for_ep_func = dfi_rmr_create_for_ep;
 	t->rmr_query_func = dfi_rmr_query;
 	t->rmr_bind_func = dfi_rmr_bind;
 	t->rmr_free_func = dfi_rmr_free;

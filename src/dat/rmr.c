@@ -5,6 +5,10 @@
  * rebind closes the previous registration.  The bind completes at once:
  * an RMR_BIND completion is posted to the EP's request EVD (unless
  * suppressed).  Documented in dapl-ofi(7).
+ *
+ * dat_rmr_create_for_ep makes the same RMR: its key, like every RMR's here,
+ * serves the connections of the whole IA (libfabric keys are per domain),
+ * and its scope reads DAT_RMR_SCOPE_EP as every RMR's does.
  */
 #include "dfi.h"
 #include "fabric/fabric.h"
@@ -56,6 +60,11 @@ DAT_RETURN dfi_rmr_create(DAT_PZ_HANDLE pzh, DAT_RMR_HANDLE *out)
 	pthread_mutex_unlock(&ia->lock);
 	*out = rmr;
 	return DAT_SUCCESS;
+}
+
+DAT_RETURN dfi_rmr_create_for_ep(DAT_PZ_HANDLE pzh, DAT_RMR_HANDLE *out)
+{
+	return dfi_rmr_create(pzh, out);
 }
 
 #define RMR_OR_REJECT(r, h) do {						\
@@ -173,4 +182,72 @@ DAT_RETURN dfi_rmr_free(DAT_RMR_HANDLE h)
 	RMR_OR_REJECT(rmr, h);
 	dfi_rmr_destroy(rmr);
 	return DAT_SUCCESS;
+}
+
+/* The bound RMR of ia whose key is ctx, or NULL (the IA lock held). */
+static struct dfi_rmr *rmr_by_context(struct dfi_ia *ia, DAT_RMR_CONTEXT ctx)
+{
+	for (struct dfi_obj *o = ia->objs.next; o != &ia->objs; o = o->next) {
+		struct dfi_rmr *r = (struct dfi_rmr *)o;
+
+		if (o->type == DFI_T_RMR && r->mr && r->context == ctx)
+			return r;
+	}
+	return NULL;
+}
+
+/* An RDMA read whose local target is named by an RMR of this IA (iWARP's
+ * read into a steering tag): the RMR's bound range stands in for an LMR
+ * triplet, and the read is an ordinary one.  The RMR must grant what a
+ * peer's read response does to it, remote write.  Found by a walk of the
+ * IA's objects: this call is rare, and keeps the hot post path as it is. */
+DAT_RETURN dfi_ep_post_rdma_read_to_rmr(DAT_EP_HANDLE eph, const DAT_RMR_TRIPLET *local,
+					DAT_DTO_COOKIE cookie, const DAT_RMR_TRIPLET *remote,
+					DAT_COMPLETION_FLAGS flags)
+{
+	struct dfi_ep *ep = dfi_obj_get(eph, DFI_T_EP);
+	DAT_LMR_TRIPLET iov;
+	struct dfi_rmr *r;
+	struct dfi_ia *ia;
+	DAT_RETURN rc = DAT_SUCCESS;
+
+	if (!ep)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EP),
+				  "%p is not an EP handle", (void *)eph);
+	if (!local)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2),
+				  "local RMR triplet is NULL");
+	if (!remote)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG4),
+				  "remote RMR triplet is NULL");
+	ia = ep->hdr.ia;
+	pthread_mutex_lock(&ia->lock);
+	r = rmr_by_context(ia, local->rmr_context);
+	if (!r)
+		rc = DFI_REJECT(DFI_ERR(DAT_PROTECTION_VIOLATION, 0),
+				"no bound RMR of this IA has context 0x%x", local->rmr_context);
+	else if (r->pz != ep->pz)
+		rc = DFI_REJECT(DFI_ERR(DAT_PROTECTION_VIOLATION, 0),
+				"RMR context 0x%x is in another PZ than EP %p",
+				local->rmr_context, (void *)ep);
+	else if (!(r->priv & DAT_MEM_PRIV_REMOTE_WRITE_FLAG))
+		rc = DFI_REJECT(DFI_ERR(DAT_PRIVILEGES_VIOLATION, 0),
+				"RMR context 0x%x was not bound with remote write",
+				local->rmr_context);
+	else if (local->virtual_address < r->triplet.virtual_address ||
+		 local->virtual_address + local->segment_length >
+		 r->triplet.virtual_address + r->triplet.segment_length)
+		rc = DFI_REJECT(DFI_ERR(DAT_LENGTH_ERROR, 0),
+				"0x%llx+%u lies outside RMR context 0x%x",
+				(unsigned long long)local->virtual_address,
+				local->segment_length, local->rmr_context);
+	else {
+		iov.lmr_context = r->triplet.lmr_context;
+		iov.virtual_address = local->virtual_address;
+		iov.segment_length = local->segment_length;
+	}
+	pthread_mutex_unlock(&ia->lock);
+	if (rc != DAT_SUCCESS)
+		return rc;
+	return dfi_ep_post_rdma_read(ep, 1, &iov, cookie, remote, flags);
 }

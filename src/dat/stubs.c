@@ -26,15 +26,9 @@ static DAT_RETURN not_implemented(const char *slot, int *once)
 		return not_implemented(#slot, &once);			\
 	}
 
-STUB(rmr_create_for_ep, (DAT_PZ_HANDLE a1, DAT_RMR_HANDLE * a2))
 STUB(ep_post_send_with_invalidate, (DAT_EP_HANDLE a1, DAT_COUNT a2, DAT_LMR_TRIPLET * a3, DAT_DTO_COOKIE a4, DAT_COMPLETION_FLAGS a5, DAT_BOOLEAN a6, DAT_RMR_CONTEXT a7))
-STUB(ep_post_rdma_read_to_rmr, (DAT_EP_HANDLE a1, const DAT_RMR_TRIPLET * a2, DAT_DTO_COOKIE a3, const DAT_RMR_TRIPLET * a4, DAT_COMPLETION_FLAGS a5))
-STUB(ia_ha_related, (DAT_IA_HANDLE a1, const DAT_NAME_PTR a2, DAT_BOOLEAN * a3))
 
 void dfi_fill_stubs(DAT_PROVIDER *p)
 {
-	p->rmr_create_for_ep_func = stub_rmr_create_for_ep;
 	p->ep_post_send_with_invalidate_func = stub_ep_post_send_with_invalidate;
-	p->ep_post_rdma_read_to_rmr_func = stub_ep_post_rdma_read_to_rmr;
-	p->ia_ha_related_func = stub_ia_ha_related;
 }

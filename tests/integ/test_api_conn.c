@@ -2414,6 +2414,120 @@ static void test_rmr_bind_emulated(void **state)
 	alarm(0);
 }
 
+/* libdat2 2.1.10 declares dat_rmr_create_for_ep and
+ * dat_ep_post_rdma_read_to_rmr in <dat2/dat.h> but exports neither: a
+ * consumer calls them through the provider table (dat_redirection.h's
+ * macros), as these do. */
+static DAT_RETURN rmr_create_for_ep(DAT_PZ_HANDLE pz, DAT_RMR_HANDLE *rmr)
+{
+	return DAT_HANDLE_TO_PROVIDER(pz)->rmr_create_for_ep_func(pz, rmr);
+}
+
+static DAT_RETURN read_to_rmr(DAT_HANDLE ep, const DAT_RMR_TRIPLET *local, DAT_DTO_COOKIE c,
+			      const DAT_RMR_TRIPLET *remote, DAT_COMPLETION_FLAGS flags)
+{
+	return DAT_HANDLE_TO_PROVIDER(ep)->ep_post_rdma_read_to_rmr_func(ep, local, c, remote,
+									 flags);
+}
+
+/* dat_rmr_create_for_ep and dat_ep_post_rdma_read_to_rmr: a read whose
+ * local target is the client's own RMR (bound with remote write), landing
+ * in the bound range only; and the refusals: an unknown context, a range
+ * outside the RMR, an RMR without remote write, NULL triplets. */
+static void test_rdma_read_to_rmr(void **state)
+{
+	struct pair *p = *state;
+	DAT_RMR_HANDLE rmr;
+	DAT_RMR_CONTEXT rctx = 0;
+	DAT_RMR_COOKIE cookie;
+	DAT_LMR_TRIPLET t;
+	DAT_RMR_TRIPLET local, r;
+	DAT_RMR_PARAM rp;
+	DAT_EVENT ev;
+	DAT_COUNT nmore;
+
+	watchdog(__func__, 60);
+	establish(p);
+	memset(&cookie, 0, sizeof(cookie));
+	assert_arg(rmr_create_for_ep(p->c.pz, NULL), DAT_INVALID_ARG2);
+	assert_err(rmr_create_for_ep(p->c.ep, &rmr), DAT_INVALID_HANDLE);
+	assert_ok(rmr_create_for_ep(p->c.pz, &rmr));
+	assert_ok(dat_rmr_query(rmr, DAT_RMR_FIELD_ALL, &rp));
+	assert_int_equal(rp.rmr_scope, DAT_RMR_SCOPE_EP);
+	t = seg(&p->c, 8192, 16384);
+	assert_ok(dat_rmr_bind(rmr, p->c.lmr, &t, DAT_MEM_PRIV_REMOTE_WRITE_FLAG, DAT_VA_TYPE_VA,
+			       p->c.ep, cookie, DAT_COMPLETION_SUPPRESS_FLAG, &rctx));
+
+	fill(p->s.buf + 100000, 12000, 61);
+	memset(p->c.buf, 0xab, 8192 + 16384 + 4096);
+	local.rmr_context = rctx;
+	local.virtual_address = t.virtual_address + 1000;
+	local.segment_length = 12000;
+	r = rseg(&p->s, 100000, 12000);
+	assert_ok(read_to_rmr(p->c.ep, &local, ck(0xd1), &r,
+					       DAT_COMPLETION_DEFAULT_FLAG));
+	expect_dto(p->c.req, p->c.ep, 0xd1, DAT_DTO_RDMA_READ, DAT_DTO_SUCCESS, 12000, 2000,
+		   "client RDMA read into its RMR");
+	if (memcmp(p->c.buf + 8192 + 1000, p->s.buf + 100000, 12000) != 0)
+		fail_msg("the read into the RMR completed, but its range does not hold the "
+			 "server's bytes");
+	assert_int_equal(p->c.buf[8192 + 999], 0xab);
+	assert_int_equal(p->c.buf[8192 + 1000 + 12000], 0xab);
+
+	/* refusals: nothing posted, no event */
+	local.rmr_context = rctx + 1000;
+	assert_err(read_to_rmr(p->c.ep, &local, ck(0xd2), &r,
+						DAT_COMPLETION_DEFAULT_FLAG),
+		   DAT_PROTECTION_VIOLATION);
+	local.rmr_context = rctx;
+	local.virtual_address = t.virtual_address + 16384 - 100;
+	assert_err(read_to_rmr(p->c.ep, &local, ck(0xd3), &r,
+						DAT_COMPLETION_DEFAULT_FLAG),
+		   DAT_LENGTH_ERROR);
+	assert_arg(read_to_rmr(p->c.ep, NULL, ck(0xd4), &r,
+						DAT_COMPLETION_DEFAULT_FLAG), DAT_INVALID_ARG2);
+	assert_arg(read_to_rmr(p->c.ep, &local, ck(0xd5), NULL,
+						DAT_COMPLETION_DEFAULT_FLAG), DAT_INVALID_ARG4);
+	assert_err(read_to_rmr(p->c.pz, &local, ck(0xd6), &r,
+						DAT_COMPLETION_DEFAULT_FLAG), DAT_INVALID_HANDLE);
+	assert_ok(dat_rmr_bind(rmr, p->c.lmr, &t, DAT_MEM_PRIV_REMOTE_READ_FLAG, DAT_VA_TYPE_VA,
+			       p->c.ep, cookie, DAT_COMPLETION_SUPPRESS_FLAG, &rctx));
+	local.rmr_context = rctx;
+	local.virtual_address = t.virtual_address;
+	assert_err(read_to_rmr(p->c.ep, &local, ck(0xd7), &r,
+						DAT_COMPLETION_DEFAULT_FLAG),
+		   DAT_PRIVILEGES_VIOLATION);
+	assert_rc(dat_evd_dequeue(p->c.req, &ev), DAT_QUEUE_EMPTY);
+	(void)nmore;
+	assert_ok(dat_rmr_free(rmr));
+	alarm(0);
+}
+
+/* dat_ia_ha_related: dapl-ofi has no failover, so "no", for any provider;
+ * bad arguments named.  libdat2 2.1.10 exports no dat_ia_ha_related (and
+ * its DAT_IA_HA_RELATED macro does not compile): a consumer reaches it
+ * through the provider table, with the provider's IA handle, which
+ * libdat2 maps from its own with dats_get_ia_handle (exported, declared
+ * in none of its headers). */
+DAT_RETURN dats_get_ia_handle(DAT_IA_HANDLE, DAT_IA_HANDLE *);
+
+static void test_ia_ha_related(void **state)
+{
+	struct pair *p = *state;
+	DAT_IA_HA_RELATED_FUNC ha;
+	DAT_IA_HANDLE ia;
+	DAT_BOOLEAN answer = DAT_TRUE;
+
+	assert_ok(dats_get_ia_handle(p->c.ia, &ia));
+	ha = DAT_HANDLE_TO_PROVIDER(ia)->ia_ha_related_func;
+	assert_non_null(ha);
+	assert_ok(ha(ia, (DAT_NAME_PTR)"ofi-lo", &answer));
+	assert_int_equal(answer, DAT_FALSE);
+	assert_arg(ha(ia, NULL, &answer), DAT_INVALID_ARG2);
+	assert_arg(ha(ia, (DAT_NAME_PTR)"ofi-lo", NULL), DAT_INVALID_ARG3);
+	assert_err(ha(p->c.pz, (DAT_NAME_PTR)"ofi-lo", &answer), DAT_INVALID_HANDLE);
+}
+
 /* ====================================== 9. RDMA outside the peer's region */
 
 /* The target region of these tests is a sub-range of a bigger buffer of
@@ -4670,6 +4784,8 @@ int main(int argc, char **argv)
 		TP(test_rsp_accept_with_null_ep),
 		/* RMR (emulated) */
 		TP(test_rmr_bind_emulated),
+		TP(test_rdma_read_to_rmr),
+		TP(test_ia_ha_related),
 		/* 8. bad rmr_context */
 		TP(test_rdma_write_bad_rmr_context),
 		/* 9. RDMA outside the peer's region */
