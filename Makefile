@@ -42,6 +42,9 @@ DAT_SRCS    := src/dat/provider.c src/dat/stubs.c src/dat/handle.c src/dat/ia.c 
 	       src/dat/cancel.c src/dat/limits.c
 LIB_SRCS    := $(UTIL_SRCS) $(EVENT_SRCS) $(FABRIC_SRCS) $(DAT_SRCS)
 CORE_SRCS   := $(UTIL_SRCS) $(EVENT_SRCS)
+# the RDM backend's wire format (docs/rdm.md): its unit test and fuzz
+# target link it alone until the backend that uses it is built
+WIRE_SRCS   := src/fabric/rdm/wire.c
 
 obj = $(patsubst %.c,$(B)/obj/%.o,$(1))
 
@@ -108,7 +111,7 @@ $(PAGEWALK): $(call obj,bench/pagewalk.c)
 	$(CC) -o $@ $^ $(ALL_LDFLAGS)
 
 # Unit tests link the event core directly (no libfabric, no registry).
-$(UNIT_BINS): $(B)/tests/%: $(B)/obj/tests/unit/%.o $(call obj,$(CORE_SRCS))
+$(UNIT_BINS): $(B)/tests/%: $(B)/obj/tests/unit/%.o $(call obj,$(CORE_SRCS) $(WIRE_SRCS))
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $^ $(ALL_LDFLAGS) $(CMOCKA_LIBS)
 
