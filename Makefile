@@ -35,7 +35,7 @@ ALL_LDFLAGS := $(LDFLAGS) $(SAN_FLAGS) -pthread
 UTIL_SRCS   := src/util/log.c src/util/param.c src/util/arena.c src/util/ia_params.c
 EVENT_SRCS  := src/event/evd_core.c src/event/cno_core.c src/event/upcall.c src/event/time.c
 FABRIC_SRCS := src/fabric/fabric.c src/fabric/cm.c src/fabric/liveness.c src/fabric/halfreq.c \
-	       src/fabric/fdwalk.c
+	       src/fabric/fdwalk.c src/fabric/keepalive.c
 DAT_SRCS    := src/dat/provider.c src/dat/stubs.c src/dat/handle.c src/dat/ia.c \
 	       src/dat/pz.c src/dat/lmr.c src/dat/evd.c src/dat/cno.c src/dat/ep.c \
 	       src/dat/dto.c src/dat/conn.c src/dat/progress.c src/dat/rmr.c src/dat/srq.c \

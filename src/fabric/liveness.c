@@ -16,15 +16,11 @@
  * on the data path; the design note is docs/liveness.md.
  */
 #include "fabric_int.h"
-#include "util/log.h"
+#include "keepalive.h"
 
 #include <errno.h>
-#include <linux/tcp.h>		/* tcp_info with tcpi_snd_wnd; not <netinet/tcp.h> */
 #include <netinet/in.h>
 #include <stdatomic.h>
-#include <stddef.h>
-#include <stdlib.h>
-#include <string.h>
 #include <sys/socket.h>
 
 /* The fd of the last socket found: the next connection's is usually a
@@ -85,16 +81,11 @@ static int find_sock(const struct sockaddr_in *self, const struct sockaddr_in *p
 	return fd < 0 ? -1 : fd;
 }
 
-static int set_opt(int fd, int level, int name, int val)
-{
-	return setsockopt(fd, level, name, &val, sizeof(val));
-}
-
 int dfi_fep_arm_liveness(struct dfi_fep *e, unsigned timeout_ms, bool connecting)
 {
 	struct sockaddr_in self, peer;
 	size_t len = sizeof(self);
-	int fd, idle, intvl;
+	int fd;
 
 	if (e->sock >= 0 || !timeout_ms)
 		return 0;	/* armed at the connect */
@@ -108,48 +99,13 @@ int dfi_fep_arm_liveness(struct dfi_fep *e, unsigned timeout_ms, bool connecting
 	if (fd < 0)
 		return -ENOENT;	/* not a socket provider: verbs has its own */
 	atomic_store_explicit(&sock_hint, fd, memory_order_relaxed);
-	/* The first probe after half the timeout of silence, then one a
-	 * tenth apart: the user timeout ends it (once a probe is out) at most
-	 * a tenth past the timeout.  Whole seconds, at least one. */
-	idle = (int)(timeout_ms / 2000);
-	intvl = (int)(timeout_ms / 10000);
-	if (idle < 1)
-		idle = 1;
-	if (intvl < 1)
-		intvl = 1;
-	/* no TCP_KEEPCNT: with a user timeout the kernel counts time, not
-	 * probes */
-	if (set_opt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, (int)timeout_ms) ||
-	    set_opt(fd, IPPROTO_TCP, TCP_KEEPIDLE, idle) ||
-	    set_opt(fd, IPPROTO_TCP, TCP_KEEPINTVL, intvl) ||
-	    set_opt(fd, SOL_SOCKET, SO_KEEPALIVE, 1)) {
-		dfi_warn(DFI_SS_FABRIC, "arming keepalives on fd %d: %s", fd, strerror(errno));
-		return -errno;
-	}
+	if (dfi_sock_keepalive(fd, timeout_ms))
+		return -EIO;
 	e->sock = fd;
 	return 0;
 }
 
-/* The kernel's TCP_CLOSE (include/net/tcp_states.h), which no user
- * header names beside <linux/tcp.h>'s tcp_info. */
-#define DFI_TCP_CLOSE 7
-
 bool dfi_fep_aborted(const struct dfi_fep *e)
 {
-	struct tcp_info ti;
-	socklen_t len = sizeof(ti);
-
-	memset(&ti, 0, sizeof(ti));
-	if (e->sock < 0 || getsockopt(e->sock, IPPROTO_TCP, TCP_INFO, &ti, &len))
-		return false;
-	if (ti.tcpi_state != DFI_TCP_CLOSE)
-		return false;	/* the peer's FIN: LAST_ACK until it acknowledges ours */
-	/* The kernel aborts a socket whose segments or keepalive probes went
-	 * unanswered (it keeps their count), or whose peer kept its window
-	 * shut for the whole timeout (since Linux 5.11: a stopped process
-	 * with data waiting for it).  A close leaves none of these. */
-	if (ti.tcpi_retransmits || ti.tcpi_probes || ti.tcpi_backoff)
-		return true;
-	return len >= offsetof(struct tcp_info, tcpi_snd_wnd) + sizeof(ti.tcpi_snd_wnd) &&
-	       ti.tcpi_snd_wnd == 0;
+	return e->sock >= 0 && dfi_sock_aborted(e->sock);
 }

@@ -1,0 +1,20 @@
+/*
+ * The kernel's own detection of a silent TCP peer, on one socket: a user
+ * timeout and keepalive probes (docs/liveness.md).  No libfabric: the MSG
+ * backend arms the sockets of libfabric's endpoints with it (liveness.c),
+ * the RDM backend its connection manager's own.
+ */
+#ifndef DFI_KEEPALIVE_H
+#define DFI_KEEPALIVE_H
+
+#include <stdbool.h>
+
+/* End the connection when the peer stays silent for timeout_ms, data in
+ * flight or not.  0 or -errno (logged). */
+int dfi_sock_keepalive(int fd, unsigned timeout_ms);
+/* After the socket ended: the kernel gave up on a silent peer (segments
+ * or probes unanswered, or a window shut for the whole timeout), rather
+ * than the peer closing or resetting it. */
+bool dfi_sock_aborted(int fd);
+
+#endif
