@@ -35,7 +35,6 @@ static struct dfi_rdm_msg sample(enum dfi_rdm_type t)
 			m.pdata[i] = (uint8_t)i;
 		if (t == DFI_RDM_REQ) {
 			m.qual = 45248;
-			m.ctl_port = 18515;
 		} else {
 			m.dst_id = 0xfffffffe;
 			m.dst_gen = 1;
@@ -148,6 +147,7 @@ static void e_reason(uint8_t *b, ssize_t *n) { b[DFI_RDM_HDR_LEN + 6] = 0; (void
 static void e_rej_pad(uint8_t *b, ssize_t *n) { b[DFI_RDM_HDR_LEN + 7] = 1; (void)n; }
 static void e_rtu_pad(uint8_t *b, ssize_t *n) { b[DFI_RDM_HDR_LEN + 14] = 1; (void)n; }
 static void e_gen(uint8_t *b, ssize_t *n) { b[DFI_RDM_HDR_LEN + 5] = 0x40; (void)n; }
+static void e_req_pad(uint8_t *b, ssize_t *n) { b[DFI_RDM_HDR_LEN + 27] = 1; (void)n; }
 static void e_rtu_long(uint8_t *b, ssize_t *n) { set_u32(b + 8, 20); *n += 4; }
 
 static void test_bad_input_refused(void **state)
@@ -165,6 +165,7 @@ static void test_bad_input_refused(void **state)
 	expect_bad(sample(DFI_RDM_REQ), e_addr_big, "address length");
 	expect_bad(sample(DFI_RDM_REQ), e_plen_big, "256");
 	expect_bad(sample(DFI_RDM_REQ), e_plen_off, "disagree");
+	expect_bad(sample(DFI_RDM_REQ), e_req_pad, "reserved");
 	expect_bad(sample(DFI_RDM_REJ), e_reason, "reason");
 	expect_bad(sample(DFI_RDM_REJ), e_rej_pad, "reserved");
 	expect_bad(sample(DFI_RDM_RTU), e_rtu_pad, "reserved");

@@ -72,7 +72,6 @@ ssize_t dfi_rdm_encode(const struct dfi_rdm_msg *m, void *buf, size_t cap)
 		put16(b + 14, m->addr_len);
 		put64(b + 16, m->qual);
 		put16(b + 24, m->plen);
-		put16(b + 26, m->ctl_port);
 		memcpy(b + 28, m->addr, m->addr_len);
 		memcpy(b + 28 + m->addr_len, m->pdata, m->plen);
 		break;
@@ -167,7 +166,8 @@ ssize_t dfi_rdm_decode(const void *buf, size_t len, struct dfi_rdm_msg *m, const
 		if (type == DFI_RDM_REQ) {
 			m->qual = get64(b + 16);
 			m->plen = get16(b + 24);
-			m->ctl_port = get16(b + 26);
+			if (get16(b + 26))
+				BAD("reserved bytes set");
 		} else {
 			m->dst_id = get32(b + 16);
 			m->dst_gen = get16(b + 20);

@@ -47,7 +47,6 @@ struct dfi_rdm_msg {
 	uint32_t src_id, dst_id;	/* connection ids: the sender's, the receiver's */
 	uint16_t src_gen, dst_gen;	/* their generations (14 bits) */
 	uint64_t qual;			/* REQ: the connection qualifier */
-	uint16_t ctl_port;		/* REQ: the requester's control-channel port */
 	uint8_t reason;			/* REJ */
 	uint32_t rmr;			/* KEY, KEYREP: the RMR context */
 	uint32_t status;		/* KEYREP: 0, or a positive errno */
