@@ -42,9 +42,10 @@ DAT_SRCS    := src/dat/provider.c src/dat/stubs.c src/dat/handle.c src/dat/ia.c 
 	       src/dat/cancel.c src/dat/limits.c
 LIB_SRCS    := $(UTIL_SRCS) $(EVENT_SRCS) $(FABRIC_SRCS) $(DAT_SRCS)
 CORE_SRCS   := $(UTIL_SRCS) $(EVENT_SRCS)
-# the RDM backend's wire format (docs/rdm.md): its unit test and fuzz
-# target link it alone until the backend that uses it is built
-WIRE_SRCS   := src/fabric/rdm/wire.c
+# the RDM backend's connection manager and its wire format (docs/rdm.md):
+# their unit tests and fuzz target link them alone until the backend that
+# uses them is built
+WIRE_SRCS   := src/fabric/rdm/wire.c src/fabric/rdm/rcm.c src/fabric/keepalive.c
 
 obj = $(patsubst %.c,$(B)/obj/%.o,$(1))
 

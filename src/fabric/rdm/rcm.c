@@ -1,0 +1,873 @@
+/*
+ * The RDM backend's connection manager over TCP: the handshake of
+ * docs/rdm.md (REQ, REP or REJ, RTU; DREQ, DREP), one non-blocking socket
+ * per DAT connection kept as its control channel and armed with the
+ * kernel's keepalives (keepalive.c), all in one epoll set whose fd the
+ * caller sleeps on.  A peer's bytes go through dfi_rdm_decode before
+ * anything reads them; a message that breaks the protocol ends its
+ * connection with a log line that says how.
+ */
+#include "rcm.h"
+#include "fabric/keepalive.h"
+#include "util/log.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/tcp.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/timerfd.h>
+#include <time.h>
+#include <unistd.h>
+
+enum sock_kind { K_LIS, K_CONN, K_TIMER, K_KICK };
+
+/* Every fd in the epoll set starts with one: its epoll data points here. */
+struct sock {
+	enum sock_kind kind;
+	int fd;
+};
+
+enum conn_state {
+	C_CONNECTING,		/* connecting side: the TCP connect in flight */
+	C_WAIT_REP,		/* connecting side: REQ sent */
+	C_WAIT_REQ,		/* accepting side: accepted, REQ not whole yet */
+	C_DELIVERED,		/* accepting side: CONNREQ given, not answered */
+	C_WAIT_RTU,		/* accepting side: REP sent */
+	C_ESTABLISHED,
+	C_DISC_SENT,		/* DREQ sent */
+	C_ENDED,		/* its last event given; the socket is closed */
+};
+
+struct dfi_rcm_conn {
+	struct sock s;
+	struct dfi_rcm *cm;
+	struct dfi_rcm_lis *lis;	/* accepting side, until answered */
+	struct dfi_rcm_conn *next, *prev;
+	enum conn_state state;
+	void *ctx;
+	bool dead;			/* DELIVERED: the requester's socket ended */
+	uint64_t deadline_ns;		/* WAIT_REQ, WAIT_RTU: 0 none */
+	struct dfi_rcm_end self, peer;
+	struct sockaddr_in from;
+	struct dfi_rdm_msg req;		/* DELIVERED: the request, for its event */
+	size_t rx_len, tx_len, tx_off;
+	uint8_t rx[DFI_RDM_MSG_MAX];
+	uint8_t tx[2 * DFI_RDM_MSG_MAX];
+};
+
+struct dfi_rcm_lis {
+	struct sock s;
+	struct dfi_rcm *cm;
+	void *ctx;
+	uint16_t port;
+};
+
+/* The events made by one step of I/O, handed out one per read. */
+#define EVQ_LEN 64
+
+struct dfi_rcm {
+	int epfd;
+	struct sock timer;
+	struct sock kick;		/* an eventfd: events are queued */
+	struct sockaddr_in self;
+	unsigned timeout_ms;
+	uint64_t instance;
+	struct dfi_rcm_conn conns;	/* list head: every connection */
+	unsigned evq_head, evq_n;
+	struct dfi_rcm_event evq[EVQ_LEN];
+};
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static const char *ip(const struct sockaddr_in *a, char buf[INET_ADDRSTRLEN + 8])
+{
+	char s[INET_ADDRSTRLEN] = "?";
+
+	inet_ntop(AF_INET, &a->sin_addr, s, sizeof(s));
+	snprintf(buf, INET_ADDRSTRLEN + 8, "%s:%u", s, ntohs(a->sin_port));
+	return buf;
+}
+
+/* ------------------------------------------------------------------ events */
+
+static struct dfi_rcm_event *ev_new(struct dfi_rcm *cm, enum dfi_rcm_ev_type t,
+				    struct dfi_rcm_conn *c)
+{
+	struct dfi_rcm_event *e;
+
+	if (cm->evq_n == EVQ_LEN)
+		return NULL;	/* never: each step makes at most one per socket */
+	if (!cm->evq_n)	/* an API call's event wakes the caller's sleep too */
+		(void)write(cm->kick.fd, &(uint64_t){ 1 }, sizeof(uint64_t));
+	e = &cm->evq[(cm->evq_head + cm->evq_n++) % EVQ_LEN];
+	memset(e, 0, offsetof(struct dfi_rcm_event, pdata));
+	e->type = t;
+	e->conn = c;
+	e->ctx = c->ctx;
+	return e;
+}
+
+/* ------------------------------------------------------------------ timers */
+
+static void timer_arm(struct dfi_rcm *cm)
+{
+	struct itimerspec its;
+	uint64_t first = 0, now = now_ns();
+
+	memset(&its, 0, sizeof(its));
+	for (struct dfi_rcm_conn *c = cm->conns.next; c != &cm->conns; c = c->next)
+		if (c->deadline_ns && (!first || c->deadline_ns < first))
+			first = c->deadline_ns;
+	if (first) {
+		uint64_t in = first > now ? first - now : 1;
+
+		its.it_value.tv_sec = (time_t)(in / 1000000000u);
+		its.it_value.tv_nsec = (long)(in % 1000000000u);
+	}
+	timerfd_settime(cm->timer.fd, 0, &its, NULL);
+}
+
+static void set_deadline(struct dfi_rcm_conn *c, bool on)
+{
+	c->deadline_ns = on && c->cm->timeout_ms ?
+		now_ns() + (uint64_t)c->cm->timeout_ms * 1000000u : 0;
+	timer_arm(c->cm);
+}
+
+/* ------------------------------------------------------------- connections */
+
+static struct dfi_rcm_conn *conn_new(struct dfi_rcm *cm, int fd)
+{
+	struct dfi_rcm_conn *c = calloc(1, sizeof(*c));
+	struct epoll_event ev = { .events = EPOLLIN };
+
+	if (!c)
+		return NULL;
+	c->s.kind = K_CONN;
+	c->s.fd = fd;
+	c->cm = cm;
+	ev.data.ptr = &c->s;
+	if (epoll_ctl(cm->epfd, EPOLL_CTL_ADD, fd, &ev)) {
+		free(c);
+		return NULL;
+	}
+	c->next = cm->conns.next;
+	c->prev = &cm->conns;
+	cm->conns.next->prev = c;
+	cm->conns.next = c;
+	return c;
+}
+
+/* The socket goes (the object stays, for its owner to free). */
+static void conn_close_sock(struct dfi_rcm_conn *c)
+{
+	if (c->s.fd >= 0) {
+		epoll_ctl(c->cm->epfd, EPOLL_CTL_DEL, c->s.fd, NULL);
+		close(c->s.fd);
+		c->s.fd = -1;
+	}
+	c->deadline_ns = 0;
+}
+
+static void conn_destroy(struct dfi_rcm_conn *c)
+{
+	struct dfi_rcm *cm = c->cm;
+
+	conn_close_sock(c);
+	c->prev->next = c->next;
+	c->next->prev = c->prev;
+	/* its queued events go with it */
+	for (unsigned i = 0, n = cm->evq_n; i < n; i++) {
+		struct dfi_rcm_event *e = &cm->evq[(cm->evq_head + i) % EVQ_LEN];
+
+		if (e->conn == c)
+			e->conn = NULL;
+	}
+	free(c);
+}
+
+/* The connection ends with event t (BROKEN: err): its last. */
+static void conn_end(struct dfi_rcm_conn *c, enum dfi_rcm_ev_type t, int err)
+{
+	struct dfi_rcm_event *e;
+
+	conn_close_sock(c);
+	c->state = C_ENDED;
+	e = ev_new(c->cm, t, c);
+	if (e)
+		e->err = err;
+}
+
+static void want_out(struct dfi_rcm_conn *c, bool on)
+{
+	struct epoll_event ev = { .events = EPOLLIN | (on ? EPOLLOUT : 0u), .data.ptr = &c->s };
+
+	epoll_ctl(c->cm->epfd, EPOLL_CTL_MOD, c->s.fd, &ev);
+}
+
+/* Write what is queued; -errno if the socket failed. */
+static int flush_tx(struct dfi_rcm_conn *c)
+{
+	while (c->tx_off < c->tx_len) {
+		ssize_t n = send(c->s.fd, c->tx + c->tx_off, c->tx_len - c->tx_off,
+				 MSG_NOSIGNAL | MSG_DONTWAIT);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			want_out(c, true);
+			return 0;
+		}
+		if (n < 0)
+			return -errno;
+		c->tx_off += (size_t)n;
+	}
+	c->tx_off = c->tx_len = 0;
+	return 0;
+}
+
+static int send_msg(struct dfi_rcm_conn *c, const struct dfi_rdm_msg *m)
+{
+	ssize_t n;
+
+	if (c->tx_off) {	/* compact what is left of the last one */
+		memmove(c->tx, c->tx + c->tx_off, c->tx_len - c->tx_off);
+		c->tx_len -= c->tx_off;
+		c->tx_off = 0;
+	}
+	n = dfi_rdm_encode(m, c->tx + c->tx_len, sizeof(c->tx) - c->tx_len);
+	if (n < 0)
+		return (int)n;
+	c->tx_len += (size_t)n;
+	return flush_tx(c);
+}
+
+static void fill_end(struct dfi_rdm_msg *m, const struct dfi_rcm_end *e)
+{
+	m->src_id = e->id;
+	m->src_gen = e->gen;
+	m->addr_len = e->addr_len;
+	memcpy(m->addr, e->addr, e->addr_len);
+}
+
+static void take_end(struct dfi_rcm_end *e, const struct dfi_rdm_msg *m)
+{
+	e->id = m->src_id;
+	e->gen = m->src_gen;
+	e->addr_len = m->addr_len;
+	memcpy(e->addr, m->addr, m->addr_len);
+}
+
+static bool for_me(const struct dfi_rcm_conn *c, const struct dfi_rdm_msg *m)
+{
+	return m->dst_id == c->self.id && m->dst_gen == c->self.gen;
+}
+
+/* A peer that broke the protocol: its connection ends, or, a request not
+ * yet delivered, is dropped without a word to the consumer. */
+static void protocol_error(struct dfi_rcm_conn *c, const char *what)
+{
+	char a[INET_ADDRSTRLEN + 8];
+
+	dfi_warn(DFI_SS_CM, "RDM connection manager: %s from %s: connection dropped", what,
+		 ip(&c->from, a));
+	if (c->state == C_WAIT_REQ)
+		conn_destroy(c);
+	else
+		conn_end(c, DFI_RCM_BROKEN, EPROTO);
+}
+
+/* One whole message on c.  false: c is gone or ended. */
+static bool on_msg(struct dfi_rcm_conn *c, const struct dfi_rdm_msg *m)
+{
+	struct dfi_rcm_event *e;
+	struct dfi_rdm_msg r;
+
+	switch (c->state) {
+	case C_WAIT_REQ:
+		if (m->type != DFI_RDM_REQ)
+			break;
+		c->req = *m;
+		take_end(&c->peer, m);
+		c->state = C_DELIVERED;
+		set_deadline(c, false);
+		e = ev_new(c->cm, DFI_RCM_CONNREQ, c);
+		if (!e)
+			return false;
+		e->ctx = c->lis->ctx;
+		e->peer = c->from;
+		e->qual = m->qual;
+		e->ia = m->ia;
+		e->remote = c->peer;
+		e->plen = m->plen;
+		memcpy(e->pdata, m->pdata, m->plen);
+		return true;
+	case C_WAIT_REP:
+		if (m->type == DFI_RDM_REJ && for_me(c, m)) {
+			e = ev_new(c->cm, DFI_RCM_REJECTED, c);
+			conn_close_sock(c);
+			c->state = C_ENDED;
+			if (e) {
+				e->reason = m->reason;
+				e->plen = m->plen;
+				memcpy(e->pdata, m->pdata, m->plen);
+			}
+			return false;
+		}
+		if (m->type != DFI_RDM_REP || !for_me(c, m))
+			break;
+		take_end(&c->peer, m);
+		memset(&r, 0, sizeof(r));
+		r.type = DFI_RDM_RTU;
+		r.dst_id = c->peer.id;
+		r.dst_gen = c->peer.gen;
+		r.src_id = c->self.id;
+		r.src_gen = c->self.gen;
+		if (send_msg(c, &r)) {
+			conn_end(c, DFI_RCM_BROKEN, ECONNRESET);
+			return false;
+		}
+		c->state = C_ESTABLISHED;
+		e = ev_new(c->cm, DFI_RCM_ESTABLISHED, c);
+		if (e) {
+			e->ia = m->ia;
+			e->remote = c->peer;
+			e->plen = m->plen;
+			memcpy(e->pdata, m->pdata, m->plen);
+		}
+		return true;
+	case C_WAIT_RTU:
+		if (m->type != DFI_RDM_RTU || !for_me(c, m) || m->src_id != c->peer.id ||
+		    m->src_gen != c->peer.gen)
+			break;
+		c->state = C_ESTABLISHED;
+		set_deadline(c, false);
+		ev_new(c->cm, DFI_RCM_ESTABLISHED, c);
+		return true;
+	case C_ESTABLISHED:
+	case C_DISC_SENT:
+		if (!for_me(c, m))
+			break;
+		if (m->type == DFI_RDM_DREQ) {
+			memset(&r, 0, sizeof(r));
+			r.type = DFI_RDM_DREP;
+			r.dst_id = c->peer.id;
+			r.dst_gen = c->peer.gen;
+			r.src_id = c->self.id;
+			r.src_gen = c->self.gen;
+			(void)send_msg(c, &r);	/* the peer ends either way */
+			conn_end(c, DFI_RCM_DISCONNECTED, 0);
+			return false;
+		}
+		if (m->type == DFI_RDM_DREP && c->state == C_DISC_SENT) {
+			conn_end(c, DFI_RCM_DISCONNECTED, 0);
+			return false;
+		}
+		break;
+	default:
+		break;
+	}
+	{
+		char what[64];
+
+		snprintf(what, sizeof(what), "unexpected %s", dfi_rdm_type_name(m->type));
+		protocol_error(c, what);
+	}
+	return false;
+}
+
+/* The socket ended (EOF or an error): how the connection ends. */
+static void on_sock_end(struct dfi_rcm_conn *c, int err)
+{
+	switch (c->state) {
+	case C_WAIT_REQ:
+		conn_destroy(c);	/* nobody knows of it */
+		return;
+	case C_DELIVERED:
+		conn_close_sock(c);	/* the consumer's answer finds it gone */
+		c->dead = true;
+		return;
+	case C_CONNECTING:
+	case C_WAIT_REP:
+	case C_WAIT_RTU:
+		conn_end(c, DFI_RCM_BROKEN, err ? err : ECONNRESET);
+		return;
+	case C_ESTABLISHED:
+	case C_DISC_SENT:
+		/* the kernel gave up on a silent peer, or the peer's process
+		 * ended (its kernel closed the socket): IB's retry error and
+		 * its CM's disconnect of a dead process */
+		if (err == ETIMEDOUT || dfi_sock_aborted(c->s.fd))
+			conn_end(c, DFI_RCM_BROKEN, ETIMEDOUT);
+		else
+			conn_end(c, DFI_RCM_DISCONNECTED, 0);
+		return;
+	case C_ENDED:
+		return;
+	}
+}
+
+static void on_readable(struct dfi_rcm_conn *c)
+{
+	for (;;) {
+		ssize_t n = recv(c->s.fd, c->rx + c->rx_len, sizeof(c->rx) - c->rx_len,
+				 MSG_DONTWAIT);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return;
+		if (n <= 0) {
+			on_sock_end(c, n < 0 ? errno : 0);
+			return;
+		}
+		c->rx_len += (size_t)n;
+		for (;;) {
+			struct dfi_rdm_msg m;
+			const char *why;
+			ssize_t used = dfi_rdm_decode(c->rx, c->rx_len, &m, &why);
+
+			if (used < 0) {
+				protocol_error(c, why);
+				return;
+			}
+			if (used == 0)
+				break;
+			memmove(c->rx, c->rx + used, c->rx_len - (size_t)used);
+			c->rx_len -= (size_t)used;
+			if (!on_msg(c, &m))
+				return;
+		}
+		/* a whole message always fits: a full buffer that is not one
+		 * was refused by the decoder */
+	}
+}
+
+static void on_connected(struct dfi_rcm_conn *c)
+{
+	int err = 0;
+	socklen_t len = sizeof(err);
+
+	if (getsockopt(c->s.fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0) {
+		c->state = C_WAIT_REP;
+		want_out(c, false);
+		err = flush_tx(c);	/* the REQ, queued at the connect */
+		if (!err)
+			return;
+		err = -err;
+	}
+	conn_end(c, DFI_RCM_BROKEN, err ? err : ECONNRESET);
+}
+
+static void on_conn_io(struct dfi_rcm_conn *c, uint32_t events)
+{
+	if (c->state == C_CONNECTING) {
+		if (events & (EPOLLOUT | EPOLLERR | EPOLLHUP))
+			on_connected(c);
+		return;
+	}
+	if (events & EPOLLOUT) {
+		int rc = flush_tx(c);
+
+		if (rc) {
+			on_sock_end(c, -rc);
+			return;
+		}
+		if (!c->tx_len)
+			want_out(c, false);
+	}
+	if (events & (EPOLLIN | EPOLLERR | EPOLLHUP))
+		on_readable(c);
+}
+
+/* ---------------------------------------------------------------- listeners */
+
+static void on_listener(struct dfi_rcm_lis *l)
+{
+	for (int i = 0; i < 64; i++) {	/* a burst at a time: others get a turn */
+		struct sockaddr_in from;
+		socklen_t len = sizeof(from);
+		struct dfi_rcm_conn *c;
+		int fd = accept4(l->s.fd, (struct sockaddr *)&from, &len,
+				 SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+		if (fd < 0) {
+			if (errno == EMFILE || errno == ENFILE)
+				dfi_warn(DFI_SS_CM, "RDM connection manager: port %u: no file "
+					 "descriptor for a new request: %s", l->port,
+					 strerror(errno));
+			return;
+		}
+		c = conn_new(l->cm, fd);
+		if (!c) {
+			close(fd);
+			continue;
+		}
+		(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &(int){ 1 }, sizeof(int));
+		if (l->cm->timeout_ms)
+			(void)dfi_sock_keepalive(fd, l->cm->timeout_ms);
+		c->lis = l;
+		c->from = from;
+		c->state = C_WAIT_REQ;
+		set_deadline(c, true);
+	}
+}
+
+/* --------------------------------------------------------------------- API */
+
+int dfi_rcm_open(const struct sockaddr_in *self, unsigned timeout_ms, struct dfi_rcm **out)
+{
+	struct dfi_rcm *cm = calloc(1, sizeof(*cm));
+	struct epoll_event ev = { .events = EPOLLIN };
+	int err;
+
+	if (!cm)
+		return -ENOMEM;
+	cm->conns.next = cm->conns.prev = &cm->conns;
+	cm->self = *self;
+	cm->self.sin_port = 0;
+	cm->timeout_ms = timeout_ms;
+	if (getrandom(&cm->instance, sizeof(cm->instance), 0) != sizeof(cm->instance))
+		cm->instance = now_ns() ^ ((uint64_t)getpid() << 32);
+	cm->timer.kind = K_TIMER;
+	cm->kick.kind = K_KICK;
+	cm->epfd = epoll_create1(EPOLL_CLOEXEC);
+	cm->timer.fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+	cm->kick.fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (cm->epfd < 0 || cm->timer.fd < 0 || cm->kick.fd < 0)
+		goto err;
+	ev.data.ptr = &cm->timer;
+	if (epoll_ctl(cm->epfd, EPOLL_CTL_ADD, cm->timer.fd, &ev))
+		goto err;
+	ev.data.ptr = &cm->kick;
+	if (epoll_ctl(cm->epfd, EPOLL_CTL_ADD, cm->kick.fd, &ev))
+		goto err;
+	*out = cm;
+	return 0;
+err:
+	err = errno;
+	if (cm->epfd >= 0)
+		close(cm->epfd);
+	if (cm->timer.fd >= 0)
+		close(cm->timer.fd);
+	if (cm->kick.fd >= 0)
+		close(cm->kick.fd);
+	free(cm);
+	return -err;
+}
+
+void dfi_rcm_close(struct dfi_rcm *cm)
+{
+	if (!cm)
+		return;
+	while (cm->conns.next != &cm->conns)
+		conn_destroy(cm->conns.next);
+	close(cm->timer.fd);
+	close(cm->kick.fd);
+	close(cm->epfd);
+	free(cm);
+}
+
+int dfi_rcm_fd(const struct dfi_rcm *cm)
+{
+	return cm->epfd;
+}
+
+uint64_t dfi_rcm_instance(const struct dfi_rcm *cm)
+{
+	return cm->instance;
+}
+
+static void on_timer(struct dfi_rcm *cm)
+{
+	uint64_t now = now_ns(), ticks;
+	struct dfi_rcm_conn *c, *next;
+
+	(void)read(cm->timer.fd, &ticks, sizeof(ticks));
+	for (c = cm->conns.next; c != &cm->conns; c = next) {
+		next = c->next;
+		if (!c->deadline_ns || c->deadline_ns > now)
+			continue;
+		if (c->state == C_WAIT_REQ) {
+			char a[INET_ADDRSTRLEN + 8];
+
+			dfi_info(DFI_SS_CM, "RDM connection manager: no whole request from %s "
+				 "in %u ms: dropped", ip(&c->from, a), cm->timeout_ms);
+			conn_destroy(c);
+		} else {
+			conn_end(c, DFI_RCM_BROKEN, ETIMEDOUT);	/* no RTU */
+		}
+	}
+	timer_arm(cm);
+}
+
+int dfi_rcm_read(struct dfi_rcm *cm, struct dfi_rcm_event *ev)
+{
+	/* bounded: a step that makes no event (a partial message, an
+	 * accept) does not keep the caller here */
+	for (int round = 0; round < 4; round++) {
+		struct epoll_event evs[16];
+		bool timer = false;
+		int n;
+
+		while (cm->evq_n) {
+			struct dfi_rcm_event *e = &cm->evq[cm->evq_head];
+
+			cm->evq_head = (cm->evq_head + 1) % EVQ_LEN;
+			cm->evq_n--;
+			if (!e->conn)
+				continue;	/* its connection was freed */
+			*ev = *e;
+			return 1;
+		}
+		n = epoll_wait(cm->epfd, evs, 16, 0);
+		if (n < 0)
+			return errno == EINTR ? 0 : -errno;
+		if (n == 0)
+			return 0;
+		for (int i = 0; i < n; i++) {
+			struct sock *s = evs[i].data.ptr;
+			uint64_t v;
+
+			switch (s->kind) {
+			case K_TIMER:
+				timer = true;	/* last: it frees connections */
+				break;
+			case K_KICK:
+				(void)read(s->fd, &v, sizeof(v));
+				break;
+			case K_LIS:
+				on_listener((struct dfi_rcm_lis *)s);
+				break;
+			case K_CONN:
+				/* frees only itself, whose entry is this one */
+				on_conn_io((struct dfi_rcm_conn *)s, evs[i].events);
+				break;
+			}
+		}
+		if (timer)
+			on_timer(cm);
+	}
+	/* more to do: stay readable for the caller's next look */
+	(void)write(cm->kick.fd, &(uint64_t){ 1 }, sizeof(uint64_t));
+	return 0;
+}
+
+int dfi_rcm_listen(struct dfi_rcm *cm, uint16_t port, void *ctx, struct dfi_rcm_lis **out,
+		   uint16_t *bound)
+{
+	struct dfi_rcm_lis *l = calloc(1, sizeof(*l));
+	struct sockaddr_in a = cm->self;
+	struct epoll_event ev = { .events = EPOLLIN };
+	socklen_t len = sizeof(a);
+	int err;
+
+	if (!l)
+		return -ENOMEM;
+	l->s.kind = K_LIS;
+	l->cm = cm;
+	l->ctx = ctx;
+	l->s.fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (l->s.fd < 0) {
+		err = errno;
+		free(l);
+		return -err;
+	}
+	(void)setsockopt(l->s.fd, SOL_SOCKET, SO_REUSEADDR, &(int){ 1 }, sizeof(int));
+	a.sin_port = htons(port);
+	ev.data.ptr = &l->s;
+	if (bind(l->s.fd, (struct sockaddr *)&a, sizeof(a)) || listen(l->s.fd, 1024) ||
+	    getsockname(l->s.fd, (struct sockaddr *)&a, &len) ||
+	    epoll_ctl(cm->epfd, EPOLL_CTL_ADD, l->s.fd, &ev)) {
+		err = errno;
+		close(l->s.fd);
+		free(l);
+		return -err;
+	}
+	l->port = ntohs(a.sin_port);
+	if (bound)
+		*bound = l->port;
+	*out = l;
+	return 0;
+}
+
+void dfi_rcm_unlisten(struct dfi_rcm_lis *l)
+{
+	struct dfi_rcm *cm;
+	struct dfi_rcm_conn *c, *next;
+
+	if (!l)
+		return;
+	cm = l->cm;
+	epoll_ctl(cm->epfd, EPOLL_CTL_DEL, l->s.fd, NULL);
+	close(l->s.fd);
+	for (c = cm->conns.next; c != &cm->conns; c = next) {
+		next = c->next;
+		if (c->lis != l)
+			continue;
+		if (c->state == C_WAIT_REQ)
+			conn_destroy(c);	/* half a request: nothing to answer */
+		else
+			c->lis = NULL;		/* delivered: the consumer's */
+	}
+	free(l);
+}
+
+static bool end_ok(const struct dfi_rcm_end *e)
+{
+	return e->addr_len > 0 && e->addr_len <= DFI_RDM_ADDR_MAX && e->gen <= 0x3fff;
+}
+
+int dfi_rcm_connect(struct dfi_rcm *cm, const struct sockaddr_in *dest, uint64_t qual,
+		    const struct dfi_rcm_end *self, const void *pdata, size_t plen, void *ctx,
+		    struct dfi_rcm_conn **out)
+{
+	struct sockaddr_in src = cm->self;
+	struct dfi_rcm_conn *c;
+	struct dfi_rdm_msg m;
+	ssize_t n;
+	int fd, err;
+
+	if (plen > DFI_RDM_PDATA_MAX || (plen && !pdata) || !end_ok(self))
+		return -EINVAL;
+	fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &(int){ 1 }, sizeof(int));
+	/* from the IA's address: its interface, as the MSG backend's */
+	if (bind(fd, (struct sockaddr *)&src, sizeof(src)) ||
+	    (cm->timeout_ms && dfi_sock_keepalive(fd, cm->timeout_ms) < 0)) {
+		err = errno;
+		close(fd);
+		return -err;
+	}
+	c = conn_new(cm, fd);
+	if (!c) {
+		close(fd);
+		return -ENOMEM;
+	}
+	c->ctx = ctx;
+	c->self = *self;
+	c->from = *dest;
+	memset(&m, 0, sizeof(m));
+	m.type = DFI_RDM_REQ;
+	m.ia = cm->instance;
+	m.qual = qual;
+	fill_end(&m, self);
+	m.plen = (uint16_t)plen;
+	if (plen)
+		memcpy(m.pdata, pdata, plen);
+	n = dfi_rdm_encode(&m, c->tx, sizeof(c->tx));
+	if (n < 0) {
+		conn_destroy(c);
+		return (int)n;
+	}
+	c->tx_len = (size_t)n;
+	c->state = C_CONNECTING;
+	if (connect(fd, (const struct sockaddr *)dest, sizeof(*dest)) && errno != EINPROGRESS) {
+		err = errno;
+		conn_destroy(c);
+		return -err;
+	}
+	want_out(c, true);
+	*out = c;
+	return 0;
+}
+
+int dfi_rcm_accept(struct dfi_rcm_conn *c, const struct dfi_rcm_end *self, const void *pdata,
+		   size_t plen, void *ctx)
+{
+	struct dfi_rdm_msg m;
+
+	if (c->state != C_DELIVERED)
+		return -EINVAL;
+	if (plen > DFI_RDM_PDATA_MAX || (plen && !pdata) || !end_ok(self))
+		return -EINVAL;
+	c->ctx = ctx;
+	c->self = *self;
+	c->lis = NULL;
+	if (c->dead) {	/* the requester went: the accept's outcome says so */
+		conn_end(c, DFI_RCM_BROKEN, ECONNRESET);
+		return 0;
+	}
+	memset(&m, 0, sizeof(m));
+	m.type = DFI_RDM_REP;
+	m.ia = c->cm->instance;
+	fill_end(&m, self);
+	m.dst_id = c->peer.id;
+	m.dst_gen = c->peer.gen;
+	m.plen = (uint16_t)plen;
+	if (plen)
+		memcpy(m.pdata, pdata, plen);
+	c->state = C_WAIT_RTU;
+	set_deadline(c, true);
+	if (send_msg(c, &m))
+		conn_end(c, DFI_RCM_BROKEN, ECONNRESET);
+	return 0;
+}
+
+int dfi_rcm_reject(struct dfi_rcm_conn *c, enum dfi_rdm_reason reason, const void *pdata,
+		   size_t plen)
+{
+	struct dfi_rdm_msg m;
+
+	if (c->state != C_DELIVERED)
+		return -EINVAL;
+	if (plen > DFI_RDM_PDATA_MAX || (plen && !pdata) || !reason ||
+	    reason >= DFI_RDM_REJ_END)
+		return -EINVAL;
+	if (!c->dead) {
+		memset(&m, 0, sizeof(m));
+		m.type = DFI_RDM_REJ;
+		m.dst_id = c->peer.id;
+		m.dst_gen = c->peer.gen;
+		m.reason = (uint8_t)reason;
+		m.plen = (uint16_t)plen;
+		if (plen)
+			memcpy(m.pdata, pdata, plen);
+		/* one small message on a fresh socket: the kernel takes it
+		 * whole, and the close that follows sends it before its FIN */
+		(void)send_msg(c, &m);
+	}
+	conn_destroy(c);
+	return 0;
+}
+
+int dfi_rcm_disconnect(struct dfi_rcm_conn *c)
+{
+	struct dfi_rdm_msg m;
+
+	if (c->state == C_DISC_SENT || c->state == C_ENDED)
+		return 0;
+	if (c->state != C_ESTABLISHED)
+		return -ENOTCONN;
+	memset(&m, 0, sizeof(m));
+	m.type = DFI_RDM_DREQ;
+	m.dst_id = c->peer.id;
+	m.dst_gen = c->peer.gen;
+	m.src_id = c->self.id;
+	m.src_gen = c->self.gen;
+	c->state = C_DISC_SENT;
+	if (send_msg(c, &m))
+		conn_end(c, DFI_RCM_DISCONNECTED, 0);	/* the peer is gone already */
+	return 0;
+}
+
+void dfi_rcm_conn_free(struct dfi_rcm_conn *c)
+{
+	if (c)
+		conn_destroy(c);
+}

@@ -1,0 +1,95 @@
+/*
+ * The RDM backend's connection manager (docs/rdm.md, section 3): DAT
+ * connections set up over TCP between two IAs, each one's handshake socket
+ * kept as its control channel and its liveness.  One per IA.  No
+ * libfabric: the fabric addresses it carries are opaque bytes.
+ *
+ * Not thread-safe: its caller serializes every call (the DAT layer holds
+ * the IA's cm_lock), and sleeps on dfi_rcm_fd between dfi_rcm_read calls.
+ */
+#ifndef DFI_RDM_RCM_H
+#define DFI_RDM_RCM_H
+
+#include "wire.h"
+
+#include <netinet/in.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct dfi_rcm;
+struct dfi_rcm_lis;		/* a listener: a DAT service point */
+struct dfi_rcm_conn;		/* one DAT connection, or a request for one */
+
+/* What one side tells its peer about its end of a connection. */
+struct dfi_rcm_end {
+	uint32_t id;			/* its connection id */
+	uint16_t gen;			/* and generation (14 bits) */
+	uint16_t addr_len;		/* its fabric address (1..DFI_RDM_ADDR_MAX) */
+	uint8_t addr[DFI_RDM_ADDR_MAX];
+};
+
+enum dfi_rcm_ev_type {
+	DFI_RCM_CONNREQ,	/* a request on a listener: accept or reject ev.conn */
+	DFI_RCM_ESTABLISHED,	/* connecting side on REP, accepting side on RTU */
+	DFI_RCM_REJECTED,	/* connecting side: the peer refused (reason) */
+	DFI_RCM_DISCONNECTED,	/* DREQ or DREP came, or the peer's socket closed */
+	DFI_RCM_BROKEN,		/* err: the kernel gave up (ETIMEDOUT), the connect
+				 * failed (ECONNREFUSED: nobody listens), or the peer
+				 * broke the protocol (EPROTO) */
+};
+
+struct dfi_rcm_event {
+	enum dfi_rcm_ev_type type;
+	void *ctx;			/* the listener's (CONNREQ) or the connection's */
+	struct dfi_rcm_conn *conn;
+	int err;			/* BROKEN: a positive errno */
+	uint8_t reason;			/* REJECTED: enum dfi_rdm_reason */
+	struct sockaddr_in peer;	/* CONNREQ: where the request came from */
+	uint64_t qual;			/* CONNREQ: the qualifier it asked for */
+	uint64_t ia;			/* CONNREQ, ESTABLISHED: the peer IA's instance */
+	struct dfi_rcm_end remote;	/* CONNREQ, ESTABLISHED (connecting side) */
+	size_t plen;			/* CONNREQ, ESTABLISHED, REJECTED */
+	uint8_t pdata[DFI_RDM_PDATA_MAX];
+};
+
+/* On the IPv4 address self (its port ignored); a peer silent for
+ * timeout_ms ends its connections (0: never), and a request that does not
+ * arrive whole within it is dropped.  0 or -errno. */
+int dfi_rcm_open(const struct sockaddr_in *self, unsigned timeout_ms, struct dfi_rcm **out);
+/* Every socket closed, every object freed: no event after. */
+void dfi_rcm_close(struct dfi_rcm *cm);
+/* Readable when dfi_rcm_read has something to do. */
+int dfi_rcm_fd(const struct dfi_rcm *cm);
+/* The next event: 1, 0 if none is due now, or -errno. */
+int dfi_rcm_read(struct dfi_rcm *cm, struct dfi_rcm_event *ev);
+/* This IA's instance id, random at open. */
+uint64_t dfi_rcm_instance(const struct dfi_rcm *cm);
+
+/* Listen on port (0: any, *bound says which).  -EADDRINUSE when taken. */
+int dfi_rcm_listen(struct dfi_rcm *cm, uint16_t port, void *ctx, struct dfi_rcm_lis **out,
+		   uint16_t *bound);
+/* The listener goes; requests it had not delivered yet are refused
+ * (REJ, no listener).  Delivered ones stay the caller's to answer. */
+void dfi_rcm_unlisten(struct dfi_rcm_lis *lis);
+
+/* Connect to dest (its port: the qualifier's low 16 bits) for qual.
+ * Events for it carry ctx.  0 or -errno (-EINVAL: plen or self's
+ * address out of range). */
+int dfi_rcm_connect(struct dfi_rcm *cm, const struct sockaddr_in *dest, uint64_t qual,
+		    const struct dfi_rcm_end *self, const void *pdata, size_t plen, void *ctx,
+		    struct dfi_rcm_conn **out);
+/* Answer a CONNREQ.  Accept: its events carry ctx from now on, and
+ * ESTABLISHED follows the peer's RTU (or BROKEN, if the peer went).
+ * Reject: the request is answered and freed. */
+int dfi_rcm_accept(struct dfi_rcm_conn *req, const struct dfi_rcm_end *self, const void *pdata,
+		   size_t plen, void *ctx);
+int dfi_rcm_reject(struct dfi_rcm_conn *req, enum dfi_rdm_reason reason, const void *pdata,
+		   size_t plen);
+/* Ask the peer to disconnect: DISCONNECTED follows (its DREP, or its
+ * socket's end).  -ENOTCONN if not established. */
+int dfi_rcm_disconnect(struct dfi_rcm_conn *c);
+/* Close and free: no event for c after this one (queued ones are
+ * dropped). */
+void dfi_rcm_conn_free(struct dfi_rcm_conn *c);
+
+#endif

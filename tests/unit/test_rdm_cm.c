@@ -1,0 +1,494 @@
+/*
+ * The RDM backend's connection manager (src/fabric/rdm/rcm.c): two of them
+ * in one process, over TCP on 127.0.0.1 - a handshake with private data
+ * both ways, reject, no listener, disconnects from either side and by a
+ * peer that just closes, requests that die or never arrive whole, a peer
+ * that sends garbage, arguments out of range, 200 connections at once.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <poll.h>
+#include <stdbool.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fabric/rdm/rcm.h"
+
+#define LIS_CTX ((void *)0x1111)
+#define A_CTX ((void *)0xaaaa)
+#define B_CTX ((void *)0xbbbb)
+
+struct cms {
+	struct dfi_rcm *a, *b;
+};
+
+static uint64_t ms_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static struct sockaddr_in lo(uint16_t port)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(port) };
+
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	return a;
+}
+
+static struct dfi_rcm_end end(uint32_t id, uint16_t gen, uint16_t addr_len)
+{
+	struct dfi_rcm_end e = { .id = id, .gen = gen, .addr_len = addr_len };
+
+	for (int i = 0; i < addr_len; i++)
+		e.addr[i] = (uint8_t)(id + (unsigned)i);
+	return e;
+}
+
+static int setup(void **state)
+{
+	static struct cms c;
+	struct sockaddr_in self = lo(0);
+
+	if (dfi_rcm_open(&self, 400, &c.a) || dfi_rcm_open(&self, 400, &c.b))
+		return -1;
+	*state = &c;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct cms *c = *state;
+
+	dfi_rcm_close(c->a);
+	dfi_rcm_close(c->b);
+	return 0;
+}
+
+/* Drive `on` until it gives an event (true), for at most ms. */
+static bool next_event(struct cms *c, struct dfi_rcm *on, struct dfi_rcm_event *ev, unsigned ms)
+{
+	uint64_t end = ms_now() + ms;
+
+	(void)c;
+	for (;;) {
+		struct pollfd p = { dfi_rcm_fd(on), POLLIN, 0 };
+		int rc = dfi_rcm_read(on, ev);
+
+		assert_true(rc >= 0);
+		if (rc == 1)
+			return true;
+		if (ms_now() >= end)
+			return false;
+		poll(&p, 1, 10);
+	}
+}
+
+/* Both sides driven; each side's events collected into its own array. */
+struct seen {
+	int n;
+	struct dfi_rcm_event ev[1024];
+};
+
+static void drive(struct cms *c, struct seen *sa, struct seen *sb, unsigned ms,
+		  bool (*done)(const struct seen *, const struct seen *))
+{
+	uint64_t end = ms_now() + ms;
+
+	while (!done(sa, sb) && ms_now() < end) {
+		struct pollfd p[2] = { { dfi_rcm_fd(c->a), POLLIN, 0 },
+				       { dfi_rcm_fd(c->b), POLLIN, 0 } };
+		int got = 0;
+
+		while (sa->n < 1024 && dfi_rcm_read(c->a, &sa->ev[sa->n]) == 1)
+			sa->n++, got++;
+		while (sb->n < 1024 && dfi_rcm_read(c->b, &sb->ev[sb->n]) == 1)
+			sb->n++, got++;
+		if (!got)
+			poll(p, 2, 10);
+	}
+}
+
+static int count(const struct seen *s, enum dfi_rcm_ev_type t)
+{
+	int n = 0;
+
+	for (int i = 0; i < s->n; i++)
+		n += s->ev[i].type == t;
+	return n;
+}
+
+static struct dfi_rcm_event *first(struct seen *s, enum dfi_rcm_ev_type t)
+{
+	for (int i = 0; i < s->n; i++)
+		if (s->ev[i].type == t)
+			return &s->ev[i];
+	return NULL;
+}
+
+static int want_conns = 1;
+static bool b_has_req(const struct seen *a, const struct seen *b)
+{
+	(void)a;
+	return count(b, DFI_RCM_CONNREQ) >= want_conns;
+}
+static bool both_up(const struct seen *a, const struct seen *b)
+{
+	return count(a, DFI_RCM_ESTABLISHED) >= want_conns &&
+	       count(b, DFI_RCM_ESTABLISHED) >= want_conns;
+}
+static bool both_down(const struct seen *a, const struct seen *b)
+{
+	return count(a, DFI_RCM_DISCONNECTED) >= want_conns &&
+	       count(b, DFI_RCM_DISCONNECTED) >= want_conns;
+}
+static bool a_ended(const struct seen *a, const struct seen *b)
+{
+	(void)b;
+	return count(a, DFI_RCM_REJECTED) + count(a, DFI_RCM_BROKEN) +
+	       count(a, DFI_RCM_DISCONNECTED) > 0;
+}
+
+static struct seen sa, sb;
+
+static void reset_seen(void)
+{
+	memset(&sa, 0, sizeof(sa));
+	memset(&sb, 0, sizeof(sb));
+	want_conns = 1;
+}
+
+static void test_handshake_pdata_disconnect(void **state)
+{
+	struct cms *c = *state;
+	struct dfi_rcm_lis *lis;
+	struct dfi_rcm_conn *ca, *cb;
+	struct dfi_rcm_end ea = end(1, 2, 32), eb = end(9, 0x3fff, 8);
+	struct dfi_rcm_event *e;
+	uint8_t pa[256], pb[17];
+	uint16_t port;
+
+	reset_seen();
+	for (int i = 0; i < 256; i++)
+		pa[i] = (uint8_t)(255 - i);
+	memset(pb, 0x5a, sizeof(pb));
+	assert_int_equal(dfi_rcm_listen(c->b, 0, LIS_CTX, &lis, &port), 0);
+	struct sockaddr_in dest = lo(port);
+	assert_int_equal(dfi_rcm_connect(c->a, &dest, 0x1234560000ull | port, &ea, pa, 256, A_CTX,
+					 &ca), 0);
+	drive(c, &sa, &sb, 2000, b_has_req);
+	e = first(&sb, DFI_RCM_CONNREQ);
+	assert_non_null(e);
+	assert_ptr_equal(e->ctx, LIS_CTX);
+	assert_int_equal(e->qual, 0x1234560000ull | port);
+	assert_int_equal(e->ia, dfi_rcm_instance(c->a));
+	assert_int_equal(e->remote.id, 1);
+	assert_int_equal(e->remote.gen, 2);
+	assert_int_equal(e->remote.addr_len, 32);
+	assert_memory_equal(e->remote.addr, ea.addr, 32);
+	assert_int_equal(e->plen, 256);
+	assert_memory_equal(e->pdata, pa, 256);
+	assert_int_equal(e->peer.sin_addr.s_addr, htonl(INADDR_LOOPBACK));
+	cb = e->conn;
+	assert_int_equal(dfi_rcm_accept(cb, &eb, pb, sizeof(pb), B_CTX), 0);
+	drive(c, &sa, &sb, 2000, both_up);
+	e = first(&sa, DFI_RCM_ESTABLISHED);
+	assert_non_null(e);
+	assert_ptr_equal(e->ctx, A_CTX);
+	assert_ptr_equal(e->conn, ca);
+	assert_int_equal(e->remote.id, 9);
+	assert_int_equal(e->remote.gen, 0x3fff);
+	assert_memory_equal(e->remote.addr, eb.addr, 8);
+	assert_int_equal(e->plen, sizeof(pb));
+	assert_memory_equal(e->pdata, pb, sizeof(pb));
+	assert_int_equal(e->ia, dfi_rcm_instance(c->b));
+	e = first(&sb, DFI_RCM_ESTABLISHED);
+	assert_non_null(e);
+	assert_ptr_equal(e->ctx, B_CTX);
+
+	assert_int_equal(dfi_rcm_disconnect(ca), 0);
+	drive(c, &sa, &sb, 2000, both_down);
+	assert_int_equal(count(&sa, DFI_RCM_DISCONNECTED), 1);
+	assert_int_equal(count(&sb, DFI_RCM_DISCONNECTED), 1);
+	assert_int_equal(count(&sa, DFI_RCM_BROKEN) + count(&sb, DFI_RCM_BROKEN), 0);
+	dfi_rcm_conn_free(ca);
+	dfi_rcm_conn_free(cb);
+	dfi_rcm_unlisten(lis);
+}
+
+static void test_reject_and_no_listener(void **state)
+{
+	struct cms *c = *state;
+	struct dfi_rcm_lis *lis;
+	struct dfi_rcm_conn *ca;
+	struct dfi_rcm_end ea = end(3, 1, 16);
+	struct dfi_rcm_event *e;
+	uint16_t port;
+
+	reset_seen();
+	assert_int_equal(dfi_rcm_listen(c->b, 0, LIS_CTX, &lis, &port), 0);
+	struct sockaddr_in dest = lo(port);
+	assert_int_equal(dfi_rcm_connect(c->a, &dest, port, &ea, NULL, 0, A_CTX, &ca), 0);
+	drive(c, &sa, &sb, 2000, b_has_req);
+	e = first(&sb, DFI_RCM_CONNREQ);
+	assert_non_null(e);
+	assert_int_equal(e->plen, 0);
+	assert_int_equal(dfi_rcm_reject(e->conn, DFI_RDM_REJ_CONSUMER, "nope", 4), 0);
+	drive(c, &sa, &sb, 2000, a_ended);
+	e = first(&sa, DFI_RCM_REJECTED);
+	assert_non_null(e);
+	assert_ptr_equal(e->ctx, A_CTX);
+	assert_int_equal(e->reason, DFI_RDM_REJ_CONSUMER);
+	assert_int_equal(e->plen, 4);
+	assert_memory_equal(e->pdata, "nope", 4);
+	dfi_rcm_conn_free(ca);
+	dfi_rcm_unlisten(lis);
+
+	/* the port is free now: nobody listens */
+	reset_seen();
+	assert_int_equal(dfi_rcm_connect(c->a, &dest, port, &ea, NULL, 0, A_CTX, &ca), 0);
+	drive(c, &sa, &sb, 2000, a_ended);
+	e = first(&sa, DFI_RCM_BROKEN);
+	assert_non_null(e);
+	assert_int_equal(e->err, ECONNREFUSED);
+	dfi_rcm_conn_free(ca);
+}
+
+/* A peer that closes without a DREQ (its process died): DISCONNECTED. */
+static void test_peer_closes(void **state)
+{
+	struct cms *c = *state;
+	struct dfi_rcm_lis *lis;
+	struct dfi_rcm_conn *ca;
+	struct dfi_rcm_end ea = end(4, 1, 8), eb = end(5, 1, 8);
+	uint16_t port;
+
+	reset_seen();
+	assert_int_equal(dfi_rcm_listen(c->b, 0, LIS_CTX, &lis, &port), 0);
+	struct sockaddr_in dest = lo(port);
+	assert_int_equal(dfi_rcm_connect(c->a, &dest, port, &ea, NULL, 0, A_CTX, &ca), 0);
+	drive(c, &sa, &sb, 2000, b_has_req);
+	assert_int_equal(dfi_rcm_accept(first(&sb, DFI_RCM_CONNREQ)->conn, &eb, NULL, 0, B_CTX), 0);
+	drive(c, &sa, &sb, 2000, both_up);
+	assert_non_null(first(&sb, DFI_RCM_ESTABLISHED));
+	dfi_rcm_conn_free(first(&sb, DFI_RCM_ESTABLISHED)->conn);
+	drive(c, &sa, &sb, 2000, a_ended);
+	assert_non_null(first(&sa, DFI_RCM_DISCONNECTED));
+	assert_null(first(&sa, DFI_RCM_BROKEN));
+	dfi_rcm_conn_free(ca);
+	dfi_rcm_unlisten(lis);
+}
+
+/* The requester goes before the accept: the accept ends BROKEN, and the
+ * event wakes a sleeper on the fd although no socket moved. */
+static void test_requester_gone_before_accept(void **state)
+{
+	struct cms *c = *state;
+	struct dfi_rcm_lis *lis;
+	struct dfi_rcm_conn *ca, *cb;
+	struct dfi_rcm_end ea = end(6, 1, 8), eb = end(7, 1, 8);
+	struct dfi_rcm_event ev;
+	uint16_t port;
+
+	reset_seen();
+	assert_int_equal(dfi_rcm_listen(c->b, 0, LIS_CTX, &lis, &port), 0);
+	struct sockaddr_in dest = lo(port);
+	assert_int_equal(dfi_rcm_connect(c->a, &dest, port, &ea, NULL, 0, A_CTX, &ca), 0);
+	drive(c, &sa, &sb, 2000, b_has_req);
+	cb = first(&sb, DFI_RCM_CONNREQ)->conn;
+	dfi_rcm_conn_free(ca);
+	/* let b see the socket end */
+	for (int i = 0; i < 20; i++) {
+		struct pollfd p = { dfi_rcm_fd(c->b), POLLIN, 0 };
+
+		poll(&p, 1, 10);
+		assert_int_equal(dfi_rcm_read(c->b, &ev), 0);
+	}
+	assert_int_equal(dfi_rcm_accept(cb, &eb, NULL, 0, B_CTX), 0);
+	{
+		struct pollfd p = { dfi_rcm_fd(c->b), POLLIN, 0 };
+
+		assert_int_equal(poll(&p, 1, 0), 1);
+	}
+	assert_true(next_event(c, c->b, &ev, 1000));
+	assert_int_equal(ev.type, DFI_RCM_BROKEN);
+	assert_ptr_equal(ev.ctx, B_CTX);
+	dfi_rcm_conn_free(cb);
+	dfi_rcm_unlisten(lis);
+}
+
+/* Raw TCP clients: garbage, and one that sends nothing.  Both are closed
+ * by the listener's side (garbage at once, silence after the timeout),
+ * and its consumer never hears of them. */
+static int raw_connect(uint16_t port)
+{
+	struct sockaddr_in a = lo(port);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	assert_true(fd >= 0);
+	assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	return fd;
+}
+
+static bool closed_within(struct cms *c, int fd, unsigned ms)
+{
+	uint64_t end = ms_now() + ms;
+	struct dfi_rcm_event ev;
+
+	while (ms_now() < end) {
+		struct pollfd p = { fd, POLLIN, 0 };
+		char buf[64];
+
+		assert_int_equal(dfi_rcm_read(c->b, &ev), 0);	/* no event, ever */
+		if (poll(&p, 1, 10) == 1) {
+			ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+
+			if (n == 0 || (n < 0 && errno == ECONNRESET))
+				return true;
+		}
+	}
+	return false;
+}
+
+static void test_hostile_requests(void **state)
+{
+	struct cms *c = *state;
+	struct dfi_rcm_lis *lis;
+	uint16_t port;
+	int fd;
+	uint64_t t0;
+
+	assert_int_equal(dfi_rcm_listen(c->b, 0, LIS_CTX, &lis, &port), 0);
+	fd = raw_connect(port);
+	assert_int_equal(send(fd, "GET / HTTP/1.0\r\n\r\n", 18, 0), 18);
+	assert_true(closed_within(c, fd, 1000));
+	close(fd);
+	/* a valid header announcing a body longer than any message */
+	fd = raw_connect(port);
+	{
+		uint8_t h[16] = { 'D', 'F', 'I', 'R', 1, DFI_RDM_REQ, 0, 0, 0xff, 0xff, 0xff, 0x7f };
+
+		assert_int_equal(send(fd, h, sizeof(h), 0), (ssize_t)sizeof(h));
+	}
+	assert_true(closed_within(c, fd, 1000));
+	close(fd);
+	/* silence: dropped after the timeout (400 ms), not before 300 */
+	fd = raw_connect(port);
+	t0 = ms_now();
+	assert_true(closed_within(c, fd, 3000));
+	assert_true(ms_now() - t0 >= 300);
+	close(fd);
+	dfi_rcm_unlisten(lis);
+}
+
+static void test_bad_arguments(void **state)
+{
+	struct cms *c = *state;
+	struct dfi_rcm_lis *lis, *lis2;
+	struct dfi_rcm_conn *ca;
+	struct dfi_rcm_end ea = end(1, 1, 8), bad = end(1, 1, 0);
+	uint8_t big[DFI_RDM_PDATA_MAX + 1] = { 0 };
+	uint16_t port;
+
+	reset_seen();
+	assert_int_equal(dfi_rcm_listen(c->b, 0, LIS_CTX, &lis, &port), 0);
+	assert_int_equal(dfi_rcm_listen(c->b, port, LIS_CTX, &lis2, NULL), -EADDRINUSE);
+	struct sockaddr_in dest = lo(port);
+	assert_int_equal(dfi_rcm_connect(c->a, &dest, port, &ea, big, sizeof(big), A_CTX, &ca),
+			 -EINVAL);
+	assert_int_equal(dfi_rcm_connect(c->a, &dest, port, &bad, NULL, 0, A_CTX, &ca), -EINVAL);
+	bad = end(1, 0x4000, 8);
+	assert_int_equal(dfi_rcm_connect(c->a, &dest, port, &bad, NULL, 0, A_CTX, &ca), -EINVAL);
+	assert_int_equal(dfi_rcm_connect(c->a, &dest, port, &ea, NULL, 0, A_CTX, &ca), 0);
+	assert_int_equal(dfi_rcm_disconnect(ca), -ENOTCONN);
+	assert_int_equal(dfi_rcm_accept(ca, &ea, NULL, 0, A_CTX), -EINVAL);
+	drive(c, &sa, &sb, 2000, b_has_req);
+	struct dfi_rcm_conn *cb = first(&sb, DFI_RCM_CONNREQ)->conn;
+	assert_int_equal(dfi_rcm_reject(cb, 0, NULL, 0), -EINVAL);
+	assert_int_equal(dfi_rcm_reject(cb, DFI_RDM_REJ_END, NULL, 0), -EINVAL);
+	assert_int_equal(dfi_rcm_accept(cb, &ea, big, sizeof(big), B_CTX), -EINVAL);
+	/* still answerable after the refusals */
+	assert_int_equal(dfi_rcm_reject(cb, DFI_RDM_REJ_RESOURCES, NULL, 0), 0);
+	drive(c, &sa, &sb, 2000, a_ended);
+	assert_int_equal(first(&sa, DFI_RCM_REJECTED)->reason, DFI_RDM_REJ_RESOURCES);
+	dfi_rcm_conn_free(ca);
+	dfi_rcm_unlisten(lis);
+}
+
+/* 200 at once; then b disconnects them all. */
+#define MANY 200
+static void test_many(void **state)
+{
+	struct cms *c = *state;
+	struct dfi_rcm_lis *lis;
+	static struct dfi_rcm_conn *ca[MANY], *cb[MANY];
+	uint16_t port;
+	int nb = 0;
+
+	reset_seen();
+	want_conns = MANY;
+	assert_int_equal(dfi_rcm_listen(c->b, 0, LIS_CTX, &lis, &port), 0);
+	struct sockaddr_in dest = lo(port);
+	for (int i = 0; i < MANY; i++) {
+		struct dfi_rcm_end ea = end((uint32_t)i, 1, 8);
+
+		assert_int_equal(dfi_rcm_connect(c->a, &dest, port, &ea, &i, sizeof(i),
+						 (void *)(uintptr_t)(i + 1), &ca[i]), 0);
+	}
+	/* accept each request as it comes */
+	for (uint64_t end_ms = ms_now() + 5000; nb < MANY && ms_now() < end_ms;) {
+		int before = sb.n;
+
+		drive(c, &sa, &sb, 20, b_has_req);
+		for (int i = before; i < sb.n; i++) {
+			struct dfi_rcm_end eb = end(1000u + (unsigned)nb, 1, 8);
+			int who;
+
+			if (sb.ev[i].type != DFI_RCM_CONNREQ)
+				continue;
+			memcpy(&who, sb.ev[i].pdata, sizeof(who));
+			assert_int_equal(sb.ev[i].remote.id, (uint32_t)who);
+			cb[nb] = sb.ev[i].conn;
+			assert_int_equal(dfi_rcm_accept(cb[nb], &eb, NULL, 0, B_CTX), 0);
+			nb++;
+		}
+	}
+	assert_int_equal(nb, MANY);
+	drive(c, &sa, &sb, 5000, both_up);
+	assert_int_equal(count(&sa, DFI_RCM_ESTABLISHED), MANY);
+	assert_int_equal(count(&sb, DFI_RCM_ESTABLISHED), MANY);
+	for (int i = 0; i < MANY; i++)
+		assert_int_equal(dfi_rcm_disconnect(cb[i]), 0);
+	drive(c, &sa, &sb, 5000, both_down);
+	assert_int_equal(count(&sa, DFI_RCM_DISCONNECTED), MANY);
+	assert_int_equal(count(&sb, DFI_RCM_DISCONNECTED), MANY);
+	for (int i = 0; i < MANY; i++) {
+		dfi_rcm_conn_free(ca[i]);
+		dfi_rcm_conn_free(cb[i]);
+	}
+	dfi_rcm_unlisten(lis);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_handshake_pdata_disconnect),
+		cmocka_unit_test(test_reject_and_no_listener),
+		cmocka_unit_test(test_peer_closes),
+		cmocka_unit_test(test_requester_gone_before_accept),
+		cmocka_unit_test(test_hostile_requests),
+		cmocka_unit_test(test_bad_arguments),
+		cmocka_unit_test(test_many),
+	};
+
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
