@@ -140,6 +140,7 @@ static void fill_limits(const struct fi_info *i, struct dfi_fabric_limits *l)
 	l->rx_size = i->rx_attr->size;
 	l->max_msg_size = i->ep_attr->max_msg_size;
 	l->mr_key_size = i->domain_attr->mr_key_size;
+	l->cq_data_size = i->domain_attr->cq_data_size;
 	l->inject_size = i->tx_attr->inject_size < DFI_INJECT_MAX ? i->tx_attr->inject_size :
 								      DFI_INJECT_MAX;
 	l->prov_major = FI_MAJOR(i->fabric_attr->prov_version);
