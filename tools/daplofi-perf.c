@@ -692,8 +692,9 @@ static int upcall_probe(struct dat_x *x, const DAT_IA_ATTR *a)
 		DAT_EVD_HANDLE evd;
 		DAT_RETURN rc;
 
-		if (a->extension_supported != DAT_OFI_EXTENSION)
-			return upcall_unavailable(a, "its DAT extension is not dapl-ofi's");
+		if (!dat_ofi_upcall_supported(x->ia, DAT_OFI_EXTENSION_VERSION))
+			return upcall_unavailable(a, "it has no dapl-ofi upcall extension "
+						  "(provider attribute " DAT_OFI_ATTR_UPCALL ")");
 		rc = dat_evd_kcreate(x->ia, 8, DAT_UPCALL_SINGLE_INSTANCE, &o,
 				     DAT_EVD_SOFTWARE_FLAG, &evd);
 		if (DAT_GET_TYPE(rc) == DAT_NOT_IMPLEMENTED)

@@ -21,6 +21,7 @@
 #include <netinet/in.h>
 #include <dat2/udat.h>
 #include <dat2/dat_registry.h>
+#include <dat2/dat_ib_extensions.h>
 
 #include "event/event.h"
 #include "fabric/fabric.h"
@@ -86,7 +87,7 @@ struct dfi_ia {
 	pthread_mutex_t lock;
 	struct dfi_obj objs;		/* list head (sentinel) */
 	int n_pz, n_lmr, n_evd, n_cno, n_srq, n_rmr;
-	DAT_NAMED_ATTR prov_attr[4];
+	DAT_NAMED_ATTR prov_attr[8];
 	int n_prov_attr;
 
 	/* Connections (conn.c) and the progress thread (progress.c), started
@@ -120,6 +121,7 @@ struct dfi_ia {
 	int n_spares;			/* EPs holding a pre-opened endpoint (cm_lock) */
 	int n_listening;		/* live PSPs and RSPs (cm_lock) */
 	int spare_budget;		/* how many may (-1: not known yet; cm_lock) */
+	_Atomic uint64_t cnt[DCNT_IA_ALL_COUNTERS];	/* the IB extension's (ib.c) */
 };
 
 struct dfi_pz {
@@ -274,6 +276,7 @@ struct dfi_ep {
 	DAT_COUNT soft_hw, hard_hw;	/* dat_ep_set_watermark (srq lock; cm_lock
 					 * for an EP without SRQ: only stored) */
 	bool soft_armed;		/* the soft one may fire once (srq lock) */
+	_Atomic uint64_t cnt[DCNT_EP_ALL_COUNTERS];	/* the IB extension's (ib.c) */
 };
 
 /* A public (PSP), reserved (RSP) or common (CSP) service point: a
@@ -336,7 +339,15 @@ struct dfi_evd {
 	/* SRQ receive completions read from EPs' private CQs, oldest first,
 	 * waiting for ring slots: part of the EVD's source (q.lock) */
 	struct dfi_srq_dto *staged, *staged_tail;
+	_Atomic uint64_t cnt[DCNT_EVD_ALL_COUNTERS];	/* the IB extension's (ib.c) */
 };
+
+/* One of the IB extension's counters (dat_ib_query_counters): counted
+ * wherever it happens, relaxed, read without a lock. */
+static inline void dfi_cnt_add(_Atomic uint64_t *c, uint64_t v)
+{
+	atomic_fetch_add_explicit(c, v, memory_order_relaxed);
+}
 
 /* ---------------------------------------------------------------- handles */
 
@@ -500,6 +511,13 @@ DAT_RETURN dfi_ep_post_rdma_write(DAT_EP_HANDLE, DAT_COUNT, DAT_LMR_TRIPLET *, D
 				  const DAT_RMR_TRIPLET *, DAT_COMPLETION_FLAGS);
 DAT_RETURN dfi_ep_post_rdma_read(DAT_EP_HANDLE, DAT_COUNT, DAT_LMR_TRIPLET *, DAT_DTO_COOKIE,
 				 const DAT_RMR_TRIPLET *, DAT_COMPLETION_FLAGS);
+DAT_RETURN dfi_ep_post_rdma_write_immed(DAT_EP_HANDLE, DAT_COUNT, DAT_LMR_TRIPLET *,
+					DAT_DTO_COOKIE, const DAT_RMR_TRIPLET *, DAT_UINT32,
+					DAT_COMPLETION_FLAGS);
+
+/* ib.c: the IB extension's ops (<dat2/dat_ib_extensions.h>). */
+bool dfi_ib_op(DAT_EXTENDED_OP op);
+DAT_RETURN dfi_ib_extension(DAT_HANDLE h, DAT_EXTENDED_OP op, va_list args);
 
 /* conn.c */
 DAT_RETURN dfi_psp_create(DAT_IA_HANDLE, DAT_CONN_QUAL, DAT_EVD_HANDLE, DAT_PSP_FLAGS,
