@@ -152,7 +152,7 @@ fi
 if [ "$scope" != unit ] && [ -x tests/stock/dapltest.sh ]; then
 	B=$B DAPLTEST_WRAP="$stock_wrap" run stock_dapltest 900 tests/stock/dapltest.sh
 fi
-# The stock dtest/dtestcm/dtestsrq pairs.  dtest-datacheck (dtest -D) fails
+# The stock dtest/dtestcm/dtestsrq/dtestx pairs (dtestx: five cases, 4 s).  dtest-datacheck (dtest -D) fails
 # about 1 run in 20 by dtest's own race: its server takes the last byte of an
 # RDMA write arriving as proof that the whole buffer did, which no RDMA
 # transport promises (libfabric tcp lands a write with memcpy; measured here,
@@ -163,7 +163,8 @@ fi
 if [ "$scope" != unit ] && [ -x tests/stock/clients.sh ]; then
 	B=$B CLIENTS_WRAP="$stock_wrap" CLIENTS_CASES="${CLIENTS_CASES:-dtest-default dtest-p \
 dtest-c dtest-w dtest-u dtest-rr dtest-pingpong dtest-allsizes dtest-datacheck dtestcm-poll \
-dtestcm-w dtestsrq-srq dtestsrq-srq-c4 dtestsrq-srq-c8 dtestsrq-nosrq}" run stock_clients 1200 tests/stock/clients.sh
+dtestcm-w dtestsrq-srq dtestsrq-srq-c4 dtestsrq-srq-c8 dtestsrq-nosrq dtestx-query dtestx dtestx-p \
+dtestx-m dtestx-b4096}" run stock_clients 1200 tests/stock/clients.sh
 fi
 # The stock programs again on poll-fd completion queues (see above): the
 # plain variant only.
@@ -172,7 +173,7 @@ if [ "$scope" = all ] && [ "$variant" = plain ]; then
 		run stock_dapltest-pollfd 900 tests/stock/dapltest.sh
 	[ -x tests/stock/clients.sh ] && DAPL_OFI_CQ_WAIT=pollfd B=$B CLIENTS_WRAP="" \
 		CLIENTS_CASES="dtest-default dtest-w dtest-rr dtest-pingpong dtestcm-poll \
-dtestcm-w dtestsrq-srq dtestsrq-nosrq" run stock_clients-pollfd 1200 tests/stock/clients.sh
+dtestcm-w dtestsrq-srq dtestsrq-nosrq dtestx" run stock_clients-pollfd 1200 tests/stock/clients.sh
 fi
 # The example programs (tests/examples.sh: an upcall-echo server and client
 # on a free port in 18600-18699); not in the valgrind variant's "stock" scope.

@@ -1,5 +1,6 @@
 #!/bin/bash
-# The stock DAT client programs (Debian dapl2-utils: dtest, dtestcm, dtestsrq)
+# The stock DAT client programs (Debian dapl2-utils: dtest, dtestcm, dtestsrq,
+# dtestx)
 # against dapl-ofi, as server+client pairs on this host, judged by their
 # OUTPUT: they exit 0 even when a test fails (dat-clients.md 3.1).
 #
@@ -44,6 +45,14 @@
 #   dtestsrq    needs "ALL <c> CONNECTED on server!" / "client!" and
 #               " DAPL <mode> Test Complete." with <mode> from its "Running
 #               <mode> test as" line ("RC SRQ", or "RC none SRQ" with -S 0).
+#   dtestx      needs "RDMA_WRITE_WITH_IMMEDIATE_DATA test - PASSED" and
+#               "IB extension test - immed/atomic test PASSED"; with -p the
+#               IA, EP and EVD counter lines, an EP's not all 0; -q runs one
+#               process (the open query by IA name), which must list the
+#               provider attribute DAT_IB_IMMED_DATA=TRUE.  Its UD modes
+#               (-u, -U) are not run: dapl-ofi has no UD endpoints (and
+#               answers DAT_NOT_IMPLEMENTED); its atomics are skipped by
+#               dtestx itself, as dapl-ofi reports no atomic attribute.
 # The exit status is shown but not judged (it is 0 for failed tests and 1
 # for some setup errors).
 set -u
@@ -59,7 +68,8 @@ PORT_WAIT=${CLIENTS_PORT_WAIT:-30}
 KILL_AFTER=5
 HOST=127.0.0.1
 SIDE_PORT=15828		# dtest/dtestcm TCP side channel
-CONN_PORT=45248		# conn_qual of all three programs
+CONN_PORT=45248		# conn_qual of dtest, dtestcm, dtestsrq
+X_PORT=31112		# dtestx's conn_qual (its side channel is SIDE_PORT)
 TAIL=20			# log lines shown per side after a failure
 
 # ---- the cases: name -> program, IA, flags given to both sides ------------
@@ -88,6 +98,12 @@ add dtestsrq-srq-c4 dtestsrq "$IA"    -c 4 -B 8 -t 3 -b 1024
 # server's EP_BROKEN events may outrun it on a loaded machine (overflow)
 add dtestsrq-srq-c8 dtestsrq "$IA"    -c 8 -B 10 -t 10 -b 4096
 add dtestsrq-nosrq  dtestsrq "$IA"    -c 2 -B 4 -t 3 -b 1024 -S 0
+# the IB extension (about 1 s each: dtestx sleeps only in its atomics)
+add dtestx-query    dtestx   "$IA"    -q
+add dtestx          dtestx   "$IA"
+add dtestx-p        dtestx   "$IA"    -p
+add dtestx-m        dtestx   "$IA"    -m
+add dtestx-b4096    dtestx   "$IA"    -b 4096
 
 if [ "${CLIENTS_CASES:-}" = list ]; then
 	for c in "${CASE_ORDER[@]}"; do
@@ -232,7 +248,7 @@ wait_ports_free() {
 	now_ms
 	deadline=$((NOW + PORT_WAIT * 1000))
 	while :; do
-		s=$(port_sockets "$SIDE_PORT"; port_sockets "$CONN_PORT")
+		s=$(port_sockets "$SIDE_PORT"; port_sockets "$CONN_PORT"; port_sockets "$X_PORT")
 		[ -z "$s" ] && return 0
 		now_ms
 		if [ "$NOW" -ge "$deadline" ]; then
@@ -288,6 +304,7 @@ ready() {
 	dtest) grep -q 'Server is waiting for client connection' "$2" && listening "$SIDE_PORT" "$3" ;;
 	dtestcm) listening "$SIDE_PORT" "$3" ;;
 	dtestsrq) grep -q 'ready on port' "$2" || listening "$CONN_PORT" "$3" ;;
+	dtestx) grep -q 'waiting to snd addr' "$2" && listening "$SIDE_PORT" "$3" ;;
 	esac
 }
 
@@ -323,6 +340,25 @@ side_problems() {
 			p+="no 'ALL $cn CONNECTED on $Side!' line"$'\n'
 		grep -q ' DAPL Connection Test Complete\.' "$log" ||
 			p+="no ' DAPL Connection Test Complete.' line"$'\n'
+		;;
+	dtestx)
+		if [ "$mode" = q ]; then
+			grep -q 'Open_Query: Provider Specific Attribute.* DAT_IB_IMMED_DATA=TRUE' "$log" ||
+				p+="no 'DAT_IB_IMMED_DATA=TRUE' attribute in the open query"$'\n'
+			[ "$rc" -eq 0 ] || p+="exit status $rc"$'\n'
+		else
+			grep -q 'RDMA_WRITE_WITH_IMMEDIATE_DATA test - PASSED' "$log" ||
+				p+="no 'RDMA_WRITE_WITH_IMMEDIATE_DATA test - PASSED' line"$'\n'
+			grep -q 'IB extension test - immed/atomic test PASSED' "$log" ||
+				p+="no 'IB extension test - immed/atomic test PASSED' line"$'\n'
+		fi
+		if [ "$mode" = p ]; then
+			grep -q '^ IA Cntrs:' "$log" || p+="no ' IA Cntrs:' line"$'\n'
+			grep -qE '^ EP\[0\] Cntrs:.* [1-9]' "$log" ||
+				p+="no ' EP[0] Cntrs:' line with a counter that is not 0"$'\n'
+			grep -qE '^ DTO_EVD Cntrs:.* [1-9]' "$log" ||
+				p+="no ' DTO_EVD Cntrs:' line with a counter that is not 0"$'\n'
+		fi
 		;;
 	dtestsrq)
 		local m
@@ -376,10 +412,27 @@ run_case() {
 	[ -n "$cn" ] || cn=1
 	mode="RC SRQ"
 	[[ " ${C_ARGS[$name]} " == *" -S 0 "* ]] && mode="RC none SRQ"
+	if [ "$prog" = dtestx ]; then
+		mode=""
+		[[ " ${C_ARGS[$name]} " == *" -p "* ]] && mode=p
+		[[ " ${C_ARGS[$name]} " == *" -q "* ]] && mode=q
+	fi
 
 	now_ms
 	t0=$NOW
-	if ! take_lock || ! wait_ports_free; then
+	if [ "$mode" = q ]; then
+		# one process, no peer: the open query by IA name
+		srv=("$prog" -P "$ia" "${args[@]}")
+		start "$slog" "${srv[@]}"
+		spid=$started
+		wait "$spid"
+		srv_rc=$?
+		forget "$spid"
+		now_ms
+		sms=$((NOW - t0))
+		ssecs=$(awk -v a="$sms" 'BEGIN { printf "%.1f", a / 1000 }')
+		side_problems server "$prog" "$slog" "$srv_rc" "" 1 q "$sms"
+	elif ! take_lock || ! wait_ports_free; then
 		problems+="$busy"$'\n'
 		drop_lock
 	else
