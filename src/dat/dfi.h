@@ -205,6 +205,8 @@ struct dfi_srq_dto {
 	struct dfi_ep *ep;
 	size_t len;
 	int err;
+	bool imm;			/* an RDMA write with immediate data took it */
+	uint64_t data;			/* then: its length << 32 | the value */
 	struct dfi_srq_dto *next;	/* free list, or the recv EVD's staged list */
 };
 

@@ -70,13 +70,13 @@ static DAT_RETURN query_counters(DAT_HANDLE h, int cntr, DAT_UINT64 *out, int re
 
 	if (!c)
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE1),
-				  "query counters: %p is not an IA, EP or EVD handle", (void *)h);
+				  "%p is not an IA, EP or EVD handle", (void *)h);
 	if (cntr < 0 || cntr > n)
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3),
-				  "query counters: %s counter %d: there are %d", what, cntr, n);
+				  "%s counter %d: there are %d", what, cntr, n);
 	if (!out)
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG4),
-				  "query counters: output pointer is NULL");
+				  "output pointer is NULL");
 	for (int i = cntr == n ? 0 : cntr; i < (cntr == n ? n : cntr + 1); i++) {
 		*out++ = reset ? atomic_exchange_explicit(&c[i], 0, memory_order_relaxed) :
 				 atomic_load_explicit(&c[i], memory_order_relaxed);
@@ -93,10 +93,10 @@ static DAT_RETURN print_counters(DAT_HANDLE h, int cntr, int reset)
 
 	if (!c)
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE1),
-				  "print counters: %p is not an IA, EP or EVD handle", (void *)h);
+				  "%p is not an IA, EP or EVD handle", (void *)h);
 	if (cntr < 0 || cntr > n)
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3),
-				  "print counters: %s counter %d: there are %d", what, cntr, n);
+				  "%s counter %d: there are %d", what, cntr, n);
 	for (int i = cntr == n ? 0 : cntr; i < (cntr == n ? n : cntr + 1); i++) {
 		uint64_t v = reset ? atomic_exchange_explicit(&c[i], 0, memory_order_relaxed) :
 				     atomic_load_explicit(&c[i], memory_order_relaxed);

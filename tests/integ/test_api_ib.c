@@ -339,6 +339,42 @@ static void test_write_immed(void **state)
 	alarm(0);
 }
 
+/* The target EP takes its receives from an SRQ: the write takes the SRQ's
+ * next one, and the event is the same. */
+static void test_write_immed_srq(void **state)
+{
+	struct pair *p = *state;
+	DAT_SRQ_ATTR sa = { .max_recv_dtos = 8, .max_recv_iov = 1, .low_watermark = 0 };
+	DAT_SRQ_HANDLE srq;
+	DAT_EP_ATTR ea;
+	DAT_LMR_TRIPLET l = seg(&p->c, 0, 300), rl = seg(&p->s, 0, 128);
+	DAT_RMR_TRIPLET r = rseg(&p->s, 4096, 300);
+
+	watchdog("test_write_immed_srq", 30);
+	for (int i = 0; i < 300; i++)
+		p->c.buf[i] = (uint8_t)(i + 3);
+	assert_ok(dat_srq_create(p->s.ia, p->s.pz, &sa, &srq));
+	assert_ok(dat_ep_free(p->s.ep));
+	memset(&ea, 0, sizeof(ea));
+	ea.service_type = DAT_SERVICE_TYPE_RC;
+	ea.max_request_dtos = EP_DTOS;
+	ea.max_request_iov = 1;
+	ea.max_rdma_write_iov = 1;
+	assert_ok(dat_ep_create_with_srq(p->s.ia, p->s.pz, p->s.rcv, p->s.req, p->s.conn, srq,
+					 &ea, &p->s.ep));
+	assert_ok(dat_srq_post_recv(srq, 1, &rl, ck(41)));
+	rl = seg(&p->s, 128, 128);
+	assert_ok(dat_srq_post_recv(srq, 1, &rl, ck(42)));
+	establish(p);
+	assert_ok(dat_ib_post_rdma_write_immed(p->c.ep, 1, &l, ck(1), &r, 0x5a5a,
+					       DAT_COMPLETION_DEFAULT_FLAG));
+	expect_ib_dto(p->c.req, p->c.ep, DAT_IB_RDMA_WRITE_IMMED, 1, 300, 0, "sender");
+	expect_ib_dto(p->s.rcv, p->s.ep, DAT_IB_RDMA_WRITE_IMMED_DATA, 41, 300, 0x5a5a,
+		      "SRQ target");
+	assert_memory_equal(p->s.buf + 4096, p->c.buf, 300);
+	alarm(0);
+}
+
 /* Bad arguments and stale handles: each refused with the code that names
  * it, nothing posted. */
 static void test_write_immed_bad_args(void **state)
@@ -545,6 +581,7 @@ int main(int argc, char **argv)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_ib_reported, pair_setup, pair_teardown),
 		cmocka_unit_test_setup_teardown(test_write_immed, pair_setup, pair_teardown),
+		cmocka_unit_test_setup_teardown(test_write_immed_srq, pair_setup, pair_teardown),
 		cmocka_unit_test_setup_teardown(test_write_immed_bad_args, pair_setup,
 						pair_teardown),
 		cmocka_unit_test_setup_teardown(test_counters, pair_setup, pair_teardown),
