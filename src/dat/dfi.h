@@ -351,6 +351,17 @@ static inline void dfi_cnt_add(_Atomic uint64_t *c, uint64_t v)
 	atomic_fetch_add_explicit(c, v, memory_order_relaxed);
 }
 
+/* The same on the data path, where one writer at a time holds a lock
+ * (post_lock, the EVD lock) or races are rare (consumers dequeuing one EVD
+ * together): a load and a store, no locked instruction, which cost 0.1 us
+ * of a 4 us ping-pong.  A count may be lost to a concurrent writer or
+ * reset; none is invented. */
+static inline void dfi_cnt_add_1w(_Atomic uint64_t *c, uint64_t v)
+{
+	atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + v,
+			      memory_order_relaxed);
+}
+
 /* ---------------------------------------------------------------- handles */
 
 static inline void *dfi_obj_get(const void *h, enum dfi_type type)

@@ -195,8 +195,8 @@ DFI_HOT static void dto_event(struct dfi_dto *d, const struct dfi_comp *c, DAT_E
 				(void *)d->ep, (int)d->op, (unsigned long long)d->cookie.as_64,
 				strerror(c->err));
 	} else if (d->op == DAT_DTO_RECEIVE && !c->imm) {
-		dfi_cnt_add(&d->ep->cnt[DCNT_EP_RECV], 1);
-		dfi_cnt_add(&d->ep->cnt[DCNT_EP_RECV_DATA], c->len);
+		dfi_cnt_add_1w(&d->ep->cnt[DCNT_EP_RECV], 1);
+		dfi_cnt_add_1w(&d->ep->cnt[DCNT_EP_RECV_DATA], c->len);
 	}
 	if (__builtin_expect(c->imm || d->op >= DAT_DTO_EXTENSION_BASE, 0))
 		dto_event_ib(d, c, ev);
@@ -296,7 +296,7 @@ DFI_HOT static int cq_read(void *ctx, DAT_EVENT *ev, int max)
 			break;
 	}
 	if (out)
-		dfi_cnt_add(&evd->cnt[DCNT_EVD_DTO_CALLBACK], (uint64_t)out);
+		dfi_cnt_add_1w(&evd->cnt[DCNT_EVD_DTO_CALLBACK], (uint64_t)out);
 	return out;
 }
 
@@ -335,7 +335,7 @@ DFI_HOT static int cq_read_one(void *ctx, DAT_EVENT *ev)
 		idx = (int)(d - d->pool->d);
 		dto_complete(d->pool, &idx, 1, 0);	/* last: d may be gone after it */
 		if (report) {
-			dfi_cnt_add(&evd->cnt[DCNT_EVD_DTO_CALLBACK], 1);
+			dfi_cnt_add_1w(&evd->cnt[DCNT_EVD_DTO_CALLBACK], 1);
 			return 1;
 		}
 	}
@@ -686,8 +686,8 @@ POST_INLINE void post_count(struct dfi_ep *ep, enum post_kind kind, DAT_VLEN byt
 		[POST_WRITE_IMM] = DCNT_EP_POST_WRITE_IMM,
 	};
 
-	dfi_cnt_add(&ep->cnt[which[kind]], 1);
-	dfi_cnt_add(&ep->cnt[which[kind] + 1], bytes);	/* its _DATA */
+	dfi_cnt_add_1w(&ep->cnt[which[kind]], 1);
+	dfi_cnt_add_1w(&ep->cnt[which[kind] + 1], bytes);	/* its _DATA */
 }
 POST_INLINE DAT_RETURN post_locked(struct dfi_ep *ep, DAT_COUNT nseg, DAT_LMR_TRIPLET *iov,
 				   DAT_DTO_COOKIE cookie, const DAT_RMR_TRIPLET *remote,
