@@ -128,6 +128,7 @@ $(DATCONF): Makefile | $(LIB)
 	  echo "ofi-net-lo u2.0 nonthreadsafe default $(abspath $(LIB)) dapl.2.0 \"net lo\" \"\""; \
 	  echo "ofi-lo-rr u2.0 nonthreadsafe default $(abspath $(LIB)) dapl.2.0 \"tcp 127.0.0.1 rdma_read=1\" \"\""; \
 	  echo "ofi-lo-extofi u2.0 nonthreadsafe default $(abspath $(LIB)) dapl.2.0 \"tcp lo ext=ofi\" \"\""; \
+	  echo "ofi-sock-lo u2.0 nonthreadsafe default $(abspath $(LIB)) dapl.2.0 \"sockets 127.0.0.1\" \"\""; \
 	  echo "# deliberately broken entries, used by the tests"; \
 	  echo "ofi-bad-params u2.0 nonthreadsafe default $(abspath $(LIB)) dapl.2.0 \"tcp\" \"\""; \
 	  echo "ofi-bad-prov u2.0 nonthreadsafe default $(abspath $(LIB)) dapl.2.0 \"nosuchprov lo\" \"\""; \

@@ -191,6 +191,9 @@ struct dfi_dto_pool {
 	_Atomic int reads_out;
 	_Atomic int fence_held;
 	atomic_bool fence_due;
+	/* the operands of native atomics, one pair per slot (the provider
+	 * reads them until the completion; allocated by the first, ib.c) */
+	uint64_t (*atom)[2];
 	struct dfi_dto_pool *next_zombie;
 	/* in the same allocation as the counts: a completion touches both */
 	struct dfi_dto d[];
@@ -527,6 +530,11 @@ DAT_RETURN dfi_ep_post_rdma_read(DAT_EP_HANDLE, DAT_COUNT, DAT_LMR_TRIPLET *, DA
 DAT_RETURN dfi_ep_post_rdma_write_immed(DAT_EP_HANDLE, DAT_COUNT, DAT_LMR_TRIPLET *,
 					DAT_DTO_COOKIE, const DAT_RMR_TRIPLET *, DAT_UINT32,
 					DAT_COMPLETION_FLAGS);
+/* dat_ib_post_fetch_and_add (cswap false: compare unused) and
+ * dat_ib_post_cmp_and_swap, natively (ib.c checked the IA can). */
+DAT_RETURN dfi_ep_post_atomic(DAT_EP_HANDLE, bool cswap, DAT_UINT64 compare, DAT_UINT64 value,
+			      const DAT_LMR_TRIPLET *, DAT_DTO_COOKIE, const DAT_RMR_TRIPLET *,
+			      DAT_COMPLETION_FLAGS);
 
 /* ib.c: the IB extension's ops (<dat2/dat_ib_extensions.h>). */
 bool dfi_ib_op(DAT_EXTENDED_OP op);

@@ -48,6 +48,7 @@ struct dfi_dto_pool *dfi_dto_pool_new(int n)
 
 static void pool_free(struct dfi_dto_pool *p)
 {
+	free(p->atom);
 	dfi_arena_free(p);
 }
 
@@ -224,7 +225,9 @@ static void dto_event_ib(struct dfi_dto *d, const struct dfi_comp *c, DAT_EVENT 
 			dfi_cnt_add(&d->ep->cnt[DCNT_EP_RECV_RDMA_IMM_DATA], c->data >> 32);
 		}
 	} else {
-		x->type = DAT_IB_RDMA_WRITE_IMMED;
+		x->type = d->op == (DAT_DTOS)DAT_IB_DTO_FETCH_ADD ? DAT_IB_FETCH_AND_ADD :
+			  d->op == (DAT_DTOS)DAT_IB_DTO_CMP_SWAP ? DAT_IB_CMP_AND_SWAP :
+			  DAT_IB_RDMA_WRITE_IMMED;
 	}
 	x->context.as_64 = d->cookie.as_64;
 }
@@ -894,4 +897,94 @@ DAT_RETURN dfi_ep_post_rdma_write_immed(DAT_EP_HANDLE ep, DAT_COUNT n, DAT_LMR_T
 					DAT_UINT32 imm, DAT_COMPLETION_FLAGS flags)
 {
 	return post(ep, n, iov, cookie, r, flags, POST_WRITE_IMM, imm);
+}
+
+/* Native atomics (docs/ib-extension.md): one 8-byte operation, its old
+ * value into the consumer's LMR segment, its operands kept in the request
+ * queue's slot until the completion.  On a connected EP only, after any
+ * requests a fence holds (they would be overtaken). */
+DAT_RETURN dfi_ep_post_atomic(DAT_EP_HANDLE h, bool cswap, DAT_UINT64 compare, DAT_UINT64 value,
+			      const DAT_LMR_TRIPLET *l, DAT_DTO_COOKIE cookie,
+			      const DAT_RMR_TRIPLET *r, DAT_COMPLETION_FLAGS flags)
+{
+	struct dfi_ep *ep = dfi_obj_get(h, DFI_T_EP);
+	struct dfi_dto_pool *pool;
+	struct dfi_dto *d;
+	DAT_RETURN rc = DAT_SUCCESS;
+	int i, err;
+
+	if (!ep)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EP),
+				  "%p is not an EP handle", (void *)h);
+	if (!l)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER,
+					  cswap ? DAT_INVALID_ARG4 : DAT_INVALID_ARG3),
+				  "EP %p: atomic: local segment is NULL", (void *)ep);
+	if (!r)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER,
+					  cswap ? DAT_INVALID_ARG6 : DAT_INVALID_ARG5),
+				  "EP %p: atomic: remote RMR triplet is NULL", (void *)ep);
+	if (l->segment_length < 8 || (l->virtual_address & 7))
+		return DFI_REJECT(DFI_ERR(DAT_LENGTH_ERROR, 0),
+				  "EP %p: atomic: the local segment (%llu bytes at 0x%llx) must hold "
+				  "8 aligned bytes", (void *)ep, (unsigned long long)l->segment_length,
+				  (unsigned long long)l->virtual_address);
+	if (r->virtual_address & 7)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER,
+					  cswap ? DAT_INVALID_ARG6 : DAT_INVALID_ARG5),
+				  "EP %p: atomic: remote address 0x%llx is not 8-byte aligned",
+				  (void *)ep, (unsigned long long)r->virtual_address);
+	pthread_mutex_lock(&ep->post_lock);
+	pool = ep->sendq;
+	if (!ep->fep || ep->state != DAT_EP_STATE_CONNECTED) {
+		rc = DFI_REJECT(DFI_ERR(DAT_INVALID_STATE, DAT_INVALID_STATE_EP_NOTREADY),
+				"EP %p: atomic: not connected", (void *)ep);
+		goto out;
+	}
+	if (ep->held) {
+		rc = DFI_REJECT(DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_TEP),
+				"EP %p: atomic: requests are held behind a fence", (void *)ep);
+		goto out;
+	}
+	if (!pool->atom && !(pool->atom = calloc((size_t)pool->n, sizeof(*pool->atom)))) {
+		rc = DFI_REJECT(DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_MEMORY),
+				"EP %p: atomic: no memory for the operands", (void *)ep);
+		goto out;
+	}
+	i = dto_get(pool);
+	if (i < 0) {
+		rc = DFI_REJECT(DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_TEP),
+				"EP %p: request queue full (%d)", (void *)ep, pool->n);
+		goto out;
+	}
+	d = &pool->d[i];
+	d->ep = ep;
+	d->cookie = cookie;
+	d->len = 8;
+	d->op = (DAT_DTOS)(cswap ? DAT_IB_DTO_CMP_SWAP : DAT_IB_DTO_FETCH_ADD);
+	d->suppress = (flags & DAT_COMPLETION_SUPPRESS_FLAG) ||
+		      ((flags & DAT_COMPLETION_UNSIGNALLED_FLAG) &&
+		       (ep->attr.request_completion_flags & DAT_COMPLETION_UNSIGNALLED_FLAG));
+	pool->atom[i][0] = value;
+	pool->atom[i][1] = compare;
+	err = dfi_post_atomic(ep->fep, cswap ? DFI_ATOMIC_CSWAP : DFI_ATOMIC_FADD,
+			      &pool->atom[i][0], &pool->atom[i][1],
+			      (uint64_t *)(uintptr_t)l->virtual_address, NULL, r->virtual_address,
+			      r->rmr_context, d);
+	if (err) {
+		dto_put(pool, i);
+		if (err == -EAGAIN)
+			rc = DFI_REJECT(DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_TEP),
+					"EP %p: libfabric queue full", (void *)ep);
+		else
+			rc = DFI_REJECT(DFI_ERR(DAT_INTERNAL_ERROR, 0), "EP %p: atomic: %s",
+					(void *)ep, strerror(-err));
+		goto out;
+	}
+	dfi_cnt_add_1w(&ep->cnt[cswap ? DCNT_EP_POST_CMP_SWAP : DCNT_EP_POST_FETCH_ADD], 1);
+out:
+	pthread_mutex_unlock(&ep->post_lock);
+	if (rc == DAT_SUCCESS && ep->req_evd)
+		dfi_evq_touch(&ep->req_evd->q);
+	return rc;
 }

@@ -109,6 +109,12 @@ DAT_RETURN dfi_ia_open(const DAT_NAME_PTR name, DAT_COUNT async_qlen,
 	ia->prov_attr[5] = (DAT_NAMED_ATTR){ DAT_OFI_ATTR_UPCALL,
 					     DAT_OFI_ATTR_UPCALL_VERSION_STR };
 	ia->n_prov_attr = 6;
+	if (dfi_fabric_limits(ia->fab)->atomic) {	/* native only: absent on tcp */
+		ia->prov_attr[ia->n_prov_attr++] =
+			(DAT_NAMED_ATTR){ DAT_IB_ATTR_FETCH_AND_ADD, "TRUE" };
+		ia->prov_attr[ia->n_prov_attr++] =
+			(DAT_NAMED_ATTR){ DAT_IB_ATTR_CMP_AND_SWAP, "TRUE" };
+	}
 
 	*async_evd = ia->async_evd;
 	*ia_out = ia;

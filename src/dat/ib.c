@@ -201,6 +201,26 @@ DAT_RETURN dfi_ib_extension(DAT_HANDLE h, DAT_EXTENDED_OP op, va_list args)
 	case DAT_IB_START_COUNTERS_OP:
 	case DAT_IB_STOP_COUNTERS_OP:
 		return start_stop_counters(h, va_arg(args, int), op == DAT_IB_START_COUNTERS_OP);
+	case DAT_IB_FETCH_AND_ADD_OP:
+	case DAT_IB_CMP_AND_SWAP_OP: {
+		struct dfi_ep *ep = dfi_obj_get(h, DFI_T_EP);
+		bool cswap = op == DAT_IB_CMP_AND_SWAP_OP;
+		DAT_UINT64 a = va_arg(args, DAT_UINT64);
+		DAT_UINT64 b = cswap ? va_arg(args, DAT_UINT64) : 0;
+		const DAT_LMR_TRIPLET *l = va_arg(args, const DAT_LMR_TRIPLET *);
+		DAT_DTO_COOKIE cookie = va_arg(args, DAT_DTO_COOKIE);
+		const DAT_RMR_TRIPLET *r = va_arg(args, const DAT_RMR_TRIPLET *);
+		DAT_COMPLETION_FLAGS flags = va_arg(args, DAT_COMPLETION_FLAGS);
+
+		if (ep && !dfi_fabric_limits(ep->hdr.ia->fab)->atomic)
+			return DFI_REJECT(DFI_ERR(DAT_NOT_IMPLEMENTED, 0),
+					  "%s: libfabric provider '%s' has no FI_ATOMIC, and "
+					  "dapl-ofi has no emulation yet (dapl-ofi(7))", op_name(op),
+					  dfi_fabric_limits(ep->hdr.ia->fab)->prov_name);
+		/* compare-and-swap: a is the value compared, b the one swapped in */
+		return dfi_ep_post_atomic(h, cswap, cswap ? a : 0, cswap ? b : a, l, cookie, r,
+					  flags);
+	}
 	case DAT_IB_OPEN_QUERY_OP:
 		return open_query((const char *)h, args);
 	case DAT_IB_CLOSE_QUERY_OP:

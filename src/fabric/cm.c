@@ -1009,6 +1009,19 @@ DFI_HOT int dfi_post_write(struct dfi_fep *e, const struct dfi_sge *sg, int n, u
 	return rma(e, sg, n, raddr, rkey, ctx, true);
 }
 
+int dfi_post_atomic(struct dfi_fep *e, enum dfi_atomic_op op, const uint64_t *operand,
+		    const uint64_t *compare, uint64_t *result, struct dfi_mr *result_mr,
+		    uint64_t raddr, uint32_t rkey, void *ctx)
+{
+	void *rdesc = result_mr ? fi_mr_desc(result_mr->mr) : NULL;
+
+	if (op == DFI_ATOMIC_FADD)
+		return post_rc(fi_fetch_atomic(e->ep, operand, 1, NULL, result, rdesc, 0, raddr,
+					       rkey, FI_UINT64, FI_SUM, ctx));
+	return post_rc(fi_compare_atomic(e->ep, operand, 1, NULL, compare, NULL, result, rdesc,
+					 0, raddr, rkey, FI_UINT64, FI_CSWAP, ctx));
+}
+
 int dfi_post_senddata(struct dfi_fep *e, uint64_t data, void *ctx)
 {
 	return post_rc(fi_senddata(e->ep, NULL, 0, NULL, data, 0, ctx));

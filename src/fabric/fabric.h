@@ -21,6 +21,7 @@ struct dfi_fabric_limits {
 	size_t mr_key_size;
 	size_t inject_size;		/* dfi_post_inject's limit (0: none) */
 	size_t cq_data_size;		/* bytes of remote CQ data a post may carry */
+	bool atomic;			/* FI_ATOMIC: dfi_post_atomic works */
 	unsigned prov_major, prov_minor;	/* the libfabric provider's version */
 	unsigned fi_major, fi_minor;		/* libfabric's */
 	char prov_name[64];
@@ -212,6 +213,14 @@ int dfi_post_write(struct dfi_fep *fep, const struct dfi_sge *sg, int n, uint64_
  * posted receive at the peer, whose completion has imm set (only where
  * the limits' cq_data_size is 8 or more). */
 int dfi_post_senddata(struct dfi_fep *fep, uint64_t data, void *ctx);
+/* A native 8-byte atomic at raddr/rkey (only where the limits say atomic):
+ * fetch-and-add of *operand, or compare-and-swap (*compare, then *operand
+ * as the new value); the old value lands in *result.  operand and compare
+ * must stay valid until the completion. */
+enum dfi_atomic_op { DFI_ATOMIC_FADD, DFI_ATOMIC_CSWAP };
+int dfi_post_atomic(struct dfi_fep *fep, enum dfi_atomic_op op, const uint64_t *operand,
+		    const uint64_t *compare, uint64_t *result, struct dfi_mr *result_mr,
+		    uint64_t raddr, uint32_t rkey, void *ctx);
 int dfi_post_read(struct dfi_fep *fep, const struct dfi_sge *sg, int n, uint64_t raddr,
 		  uint32_t rkey, void *ctx);
 
