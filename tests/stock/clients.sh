@@ -15,7 +15,9 @@
 #   CLIENTS_WRAP      prefix for every stock command, e.g. "valgrind -q" or
 #                     "env LD_PRELOAD=/path/libasan.so ASAN_OPTIONS=detect_leaks=0"
 #   CLIENTS_IA        IA name (default: ofi-lo); CLIENTS_IA_RR the IA with
-#                     DAT_IB_RDMA_READ=TRUE for dtest-rr (default: ofi-lo-rr)
+#                     DAT_IB_RDMA_READ=TRUE for dtest-rr (default: ofi-lo-rr);
+#                     CLIENTS_IA_ATOMIC an IA with native atomics for
+#                     dtestx-atomics (default: ofi-sock-lo, libfabric sockets)
 #   CLIENTS_TIMEOUT   seconds each process may run (default: 60)
 #   CLIENTS_READY_TIMEOUT  seconds the server has to become ready (default: 30)
 #   CLIENTS_GRACE     seconds one side may outlive the other (default: 20)
@@ -47,7 +49,9 @@
 #               <mode> test as" line ("RC SRQ", or "RC none SRQ" with -S 0).
 #   dtestx      needs "RDMA_WRITE_WITH_IMMEDIATE_DATA test - PASSED" and
 #               "IB extension test - immed/atomic test PASSED"; with -p the
-#               IA, EP and EVD counter lines, an EP's not all 0; -q runs one
+#               IA, EP and EVD counter lines, an EP's not all 0; dtestx-atomics
+#               (on an IA with FI_ATOMIC) also "CMP_SWAP test - PASSED" and
+#               "FETCH_ADD test - PASSED"; -q runs one
 #               process (the open query by IA name), which must list the
 #               provider attribute DAT_IB_IMMED_DATA=TRUE.  Its UD modes
 #               (-u, -U) are not run: dapl-ofi has no UD endpoints (and
@@ -60,6 +64,7 @@ set -u
 B=${B:-build}
 IA=${CLIENTS_IA:-ofi-lo}
 IA_RR=${CLIENTS_IA_RR:-ofi-lo-rr}
+IA_ATOMIC=${CLIENTS_IA_ATOMIC:-ofi-sock-lo}
 WRAP=${CLIENTS_WRAP:-}
 LIMIT=${CLIENTS_TIMEOUT:-60}
 READY_LIMIT=${CLIENTS_READY_TIMEOUT:-30}
@@ -104,6 +109,8 @@ add dtestx          dtestx   "$IA"
 add dtestx-p        dtestx   "$IA"    -p
 add dtestx-m        dtestx   "$IA"    -m
 add dtestx-b4096    dtestx   "$IA"    -b 4096
+# about 7 s: dtestx sleeps between its atomics
+add dtestx-atomics  dtestx   "$IA_ATOMIC"
 
 if [ "${CLIENTS_CASES:-}" = list ]; then
 	for c in "${CASE_ORDER[@]}"; do
@@ -389,6 +396,12 @@ side_problems() {
 			grep -q 'IB extension test - immed/atomic test PASSED' "$log" ||
 				p+="no 'IB extension test - immed/atomic test PASSED' line"$'\n'
 		fi
+		if [ "$mode" = a ]; then
+			grep -q 'CMP_SWAP test - PASSED' "$log" ||
+				p+="no 'CMP_SWAP test - PASSED' line"$'\n'
+			grep -q 'FETCH_ADD test - PASSED' "$log" ||
+				p+="no 'FETCH_ADD test - PASSED' line"$'\n'
+		fi
 		if [ "$mode" = p ]; then
 			grep -q '^ IA Cntrs:' "$log" || p+="no ' IA Cntrs:' line"$'\n'
 			grep -qE '^ EP\[0\] Cntrs:.* [1-9]' "$log" ||
@@ -458,6 +471,7 @@ run_case() {
 		mode=""
 		[[ " ${C_ARGS[$name]} " == *" -p "* ]] && mode=p
 		[[ " ${C_ARGS[$name]} " == *" -q "* ]] && mode=q
+		[ "$name" = dtestx-atomics ] && mode=a
 	fi
 
 	now_ms
