@@ -247,6 +247,19 @@ static int x_post_write_imm(void *p, size_t len, uint32_t imm)
 	return rc == DAT_SUCCESS ? 0 : dat_fail(rc, "dat_ib_post_rdma_write_immed");
 }
 
+/* dat_ib_post_fetch_and_add (atomic_lat): native where the IA has
+ * FI_ATOMIC (ofi-sock-lo), DAT_NOT_IMPLEMENTED on tcp. */
+static int x_post_atomic(void *p)
+{
+	struct dat_x *x = p;
+	DAT_LMR_TRIPLET t = seg(x, x->buf + x->region, 8);
+	DAT_RMR_TRIPLET r = peer_seg(x, 0, 8);
+	DAT_RETURN rc = dat_ib_post_fetch_and_add(x->ep, 1, &t, cookie(x), &r,
+						  DAT_COMPLETION_DEFAULT_FLAG);
+
+	return rc == DAT_SUCCESS ? 0 : dat_fail(rc, "dat_ib_post_fetch_and_add");
+}
+
 static int check_dto(const struct dat_x *x, const DAT_EVENT *ev, bool recv)
 {
 	const DAT_DTO_COMPLETION_EVENT_DATA *d = &ev->event_data.dto_completion_event_data;
@@ -257,7 +270,8 @@ static int check_dto(const struct dat_x *x, const DAT_EVENT *ev, bool recv)
 			(const DAT_IB_EXTENSION_EVENT_DATA *)ev->event_extension_data;
 
 		if (d->status != DAT_DTO_SUCCESS ||
-		    e->type != (recv ? DAT_IB_RDMA_WRITE_IMMED_DATA : DAT_IB_RDMA_WRITE_IMMED)) {
+		    (recv ? e->type != DAT_IB_RDMA_WRITE_IMMED_DATA :
+			    e->type != DAT_IB_RDMA_WRITE_IMMED && e->type != DAT_IB_FETCH_AND_ADD)) {
 			fprintf(stderr, "%s: %s: %s EVD gave an IB extension event of type %d, "
 				"status %s\n", TOOL, x->who, recv ? "receive" : "request",
 				(int)e->type, dto_status_name(d->status));
@@ -654,6 +668,7 @@ static const struct perf_ops dat_ops = {
 	.post_send = x_post_send, .post_recv = x_post_recv,
 	.post_write = x_post_write, .post_read = x_post_read,
 	.post_write_imm = x_post_write_imm, .imm_takes_recv = true,	/* as on IB */
+	.post_atomic = x_post_atomic,
 	.recv_done = x_recv_done, .req_done = x_req_done,
 	.conn_up = x_conn_up, .conn_down = x_conn_down,
 	.mt_up = x_mt_up, .mt_write = x_mt_write, .mt_reap = x_mt_reap, .mt_down = x_mt_down,

@@ -77,7 +77,7 @@ enum perf_test {
 	T_REAP,
 	T_CONN,
 	T_WRITE_MT,
-	T_WRITE_IDLE, T_WRITE_IDLE_LAT, T_WRITE_IMM_LAT,
+	T_WRITE_IDLE, T_WRITE_IDLE_LAT, T_WRITE_IMM_LAT, T_ATOMIC_LAT,
 	T_EVENTS, T_WAKE, T_CNO, T_UPCALL,
 	T_COUNT
 };
@@ -115,6 +115,8 @@ static const struct perf_test_info perf_tests[T_COUNT] = {
 	[T_WRITE_IMM_LAT] = { "write_imm_lat", "write_imm",
 			      "RDMA write with immediate data ping-pong, one-way latency",
 			      true, false },
+	[T_ATOMIC_LAT] = { "atomic_lat", "atomic",
+			   "8-byte remote fetch-and-add, round-trip latency", true, false },
 	[T_EVENTS]    = { "events", NULL, "post_se + dequeue pairs, one thread", false, true },
 	[T_WAKE]      = { "wake", NULL, "wake-up latency between two threads", false, false },
 	[T_CNO]       = { "cno", NULL, "CNO wake-up latency between two threads", false, false },
@@ -285,7 +287,7 @@ static inline const char *perf_plan_decode(const uint8_t *in, size_t len, struct
 	    pl->nsizes > PERF_MAX_SIZES)
 		return "bad test or size count in the plan";
 	for (int i = 0; i < pl->ntests; i++)
-		if (pl->tests[i] < T_SEND_LAT || pl->tests[i] > T_WRITE_IMM_LAT)
+		if (pl->tests[i] < T_SEND_LAT || pl->tests[i] > T_ATOMIC_LAT)
 			return "the plan names a test this server does not know";
 	for (int i = 0; i < pl->nsizes; i++)
 		if (!pl->sizes[i] || pl->sizes[i] > PERF_MAX_SIZE || pl->sizes[i] > pl->region ||
@@ -539,7 +541,8 @@ static inline void perf_usage(FILE *f, const char *prog, const char *name_opt,
 "  -n port      port / connection qualifier (default %u)\n"
 "  -t tests     comma list (default send_lat): send_lat write_lat read_lat\n"
 "               send_bw write_bw read_bw reap conn write_mt write_idle\n"
-"               write_idle_lat write_imm_lat events wake cno upcall\n"
+"               write_idle_lat write_imm_lat atomic_lat events wake cno\n"
+"               upcall\n"
 "               (send, write, read: the latency tests; conn runs alone:\n"
 "               its -S are endpoint counts, default 1,16,256,1024, and it\n"
 "               times a 64 B ping-pong beside each count of idle EPs)\n"
@@ -553,6 +556,8 @@ static inline void perf_usage(FILE *f, const char *prog, const char *name_opt,
 "               write_lat -m poll, what a passive target costs\n"
 "               write_imm_lat: RDMA writes with immediate data, each side\n"
 "               waiting for the peer's by its receive completion\n"
+"               atomic_lat: 8-byte fetch-and-adds on the server's region\n"
+"               (-S ignored), each waited for: round trip\n"
 "  -S sizes     64  |  64,4k,64k  |  64:1m (powers of two)  |  all (1:1m)\n"
 "               (default 64,4k,64k)\n"
 "  -I iters     iterations per size (default 10000; a bandwidth size moves\n"
@@ -921,6 +926,10 @@ struct perf_ops {
 	 * none */
 	int (*post_write_imm)(void *x, size_t len, uint32_t imm);
 	bool imm_takes_recv;
+	/* fetch-and-add of 1 on the first 8 bytes of the peer's RDMA region,
+	 * the old value into the local RDMA region (NULL: not in this
+	 * program); PERF_NA: the transport has no atomics */
+	int (*post_atomic)(void *x);
 	/* One receive completion, waited for by the run's mode until the
 	 * deadline: PERF_OK (*len set), PERF_TIMEDOUT or PERF_ERR. */
 	int (*recv_done)(void *x, size_t *len, uint64_t deadline);
@@ -1095,7 +1104,7 @@ static inline int perf_reap_some(struct perf_run *r)
 	return PERF_OK;
 }
 
-enum perf_op { OP_SEND, OP_WRITE, OP_READ, OP_WRITE_IMM };
+enum perf_op { OP_SEND, OP_WRITE, OP_READ, OP_WRITE_IMM, OP_ATOMIC };
 
 /* Post one request, keeping at most `limit` in flight. */
 static inline int perf_post(struct perf_run *r, enum perf_op op, size_t len, int limit)
@@ -1116,8 +1125,8 @@ static inline int perf_post(struct perf_run *r, enum perf_op op, size_t len, int
 	rc = op == OP_SEND ? r->ops->post_send(r->x, len, sig) :
 	     op == OP_WRITE ? r->ops->post_write(r->x, len) :
 	     op == OP_WRITE_IMM ? r->ops->post_write_imm(r->x, len, r->seq) :
-	     r->ops->post_read(r->x, len);
-	if (op != OP_READ)
+	     op == OP_ATOMIC ? r->ops->post_atomic(r->x) : r->ops->post_read(r->x, len);
+	if (op != OP_READ && op != OP_ATOMIC)
 		perf_call_done(op == OP_SEND ? PC_POST_SEND : PC_POST_WRITE, t0);
 	if (rc == PERF_NOCOMP)
 		return PERF_OK;
@@ -1386,7 +1395,7 @@ static inline int perf_phase(struct perf_run *r, enum perf_test t, uint32_t size
 	int window = (int)pl->window;
 	bool poll = pl->mode == M_POLL;
 	bool passive = t == T_READ_LAT || t == T_WRITE_BW || t == T_READ_BW || t == T_REAP ||
-		       t == T_WRITE_IDLE;
+		       t == T_WRITE_IDLE || t == T_ATOMIC_LAT;
 	uint64_t t0 = 0, t1, it0, t_up = 0;
 	long rss0 = 0, rss1 = 0;
 	const char *tn = perf_tests[t].name;
@@ -1404,7 +1413,8 @@ static inline int perf_phase(struct perf_run *r, enum perf_test t, uint32_t size
 		r->rdma[size - 1] = 0;
 		r->tx[size - 1] = 0;
 	}
-	if (t == T_WRITE_IMM_LAT && !r->ops->post_write_imm)
+	if ((t == T_WRITE_IMM_LAT && !r->ops->post_write_imm) ||
+	    (t == T_ATOMIC_LAT && !r->ops->post_atomic))
 		return perf_fail(r, "%s: not in this program", tn);
 	if ((t == T_WRITE_IDLE || t == T_WRITE_IDLE_LAT) && !r->ops->idle_target)
 		return perf_fail(r, "%s: not in this program: raw libfabric tcp moves "
@@ -1529,6 +1539,26 @@ static inline int perf_phase(struct perf_run *r, enum perf_test t, uint32_t size
 				if (i >= warm)
 					r->samples[i - warm] = (uint32_t)((perf_now() - it0) / 2);
 			}
+			perf_progress_tick(&r->prog, i);
+		}
+		break;
+
+	case T_ATOMIC_LAT:
+		/* read_lat's loop: the server is the passive target, and its
+		 * first 8 bytes end at warm + n */
+		if (r->server)
+			break;
+		if (perf_reap_to(r, 0, "atomic_lat: draining"))
+			return PERF_ERR;
+		for (uint32_t i = 0; i < total; i++) {
+			if (i == warm)
+				t0 = perf_now();
+			it0 = perf_now();
+			if (perf_post(r, OP_ATOMIC, 8, 1) ||
+			    perf_reap_to(r, 0, "atomic_lat: waiting for the fetch-and-add"))
+				return PERF_ERR;
+			if (i >= warm)
+				r->samples[i - warm] = (uint32_t)(perf_now() - it0);
 			perf_progress_tick(&r->prog, i);
 		}
 		break;
