@@ -39,7 +39,7 @@ FABRIC_SRCS := src/fabric/fabric.c src/fabric/cm.c src/fabric/liveness.c src/fab
 DAT_SRCS    := src/dat/provider.c src/dat/stubs.c src/dat/handle.c src/dat/ia.c \
 	       src/dat/pz.c src/dat/lmr.c src/dat/evd.c src/dat/cno.c src/dat/ep.c \
 	       src/dat/dto.c src/dat/conn.c src/dat/progress.c src/dat/rmr.c src/dat/srq.c \
-	       src/dat/cancel.c src/dat/limits.c
+	       src/dat/cancel.c src/dat/limits.c src/dat/ib.c
 LIB_SRCS    := $(UTIL_SRCS) $(EVENT_SRCS) $(FABRIC_SRCS) $(DAT_SRCS)
 CORE_SRCS   := $(UTIL_SRCS) $(EVENT_SRCS)
 # the RDM backend's connection manager and its wire format (docs/rdm.md):
@@ -138,6 +138,8 @@ $(DATCONF): Makefile | $(LIB)
 	  echo "ofi-lo u2.0 nonthreadsafe default $(abspath $(LIB)) dapl.2.0 \"tcp lo\" \"\""; \
 	  echo "ofi-net-lo u2.0 nonthreadsafe default $(abspath $(LIB)) dapl.2.0 \"net lo\" \"\""; \
 	  echo "ofi-lo-rr u2.0 nonthreadsafe default $(abspath $(LIB)) dapl.2.0 \"tcp 127.0.0.1 rdma_read=1\" \"\""; \
+	  echo "ofi-lo-extofi u2.0 nonthreadsafe default $(abspath $(LIB)) dapl.2.0 \"tcp lo ext=ofi\" \"\""; \
+	  echo "ofi-sock-lo u2.0 nonthreadsafe default $(abspath $(LIB)) dapl.2.0 \"sockets 127.0.0.1\" \"\""; \
 	  echo "# deliberately broken entries, used by the tests"; \
 	  echo "ofi-bad-params u2.0 nonthreadsafe default $(abspath $(LIB)) dapl.2.0 \"tcp\" \"\""; \
 	  echo "ofi-bad-prov u2.0 nonthreadsafe default $(abspath $(LIB)) dapl.2.0 \"nosuchprov lo\" \"\""; \
@@ -222,6 +224,8 @@ install: all
 	printf '%s\n' "# dapl-ofi entries: append to /etc/dat.conf, or name this file in DAT_OVERRIDE" \
 	  "ofi-lo u2.0 nonthreadsafe default $(SONAME) dapl.2.0 \"tcp lo\" \"\"" \
 	  "ofi-lo-rr u2.0 nonthreadsafe default $(SONAME) dapl.2.0 \"tcp 127.0.0.1 rdma_read=1\" \"\"" \
+	  "# for programs built to look for extension_supported == DAT_OFI_EXTENSION" \
+	  "ofi-lo-extofi u2.0 nonthreadsafe default $(SONAME) dapl.2.0 \"tcp lo ext=ofi\" \"\"" \
 	  "# ofi-eth0 u2.0 nonthreadsafe default $(SONAME) dapl.2.0 \"tcp eth0\" \"\"" \
 	  > $(DESTDIR)$(DATADIR)/dapl-ofi/dat.conf
 

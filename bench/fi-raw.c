@@ -44,6 +44,7 @@
 #include <rdma/fi_eq.h>
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
+#include <rdma/fi_atomic.h>
 
 #include "../tools/perf_common.h"
 
@@ -161,6 +162,38 @@ static int x_post_write(void *p, size_t len)
 			      x->peer_key, &x->fctx[0]);
 	while (rc == -FI_EAGAIN && retry(&until, x->txcq));
 	return rc ? fi_fail((int)rc, "fi_write") : 0;
+}
+
+/* write_imm_lat: libfabric's own RDMA write with remote CQ data.  On tcp
+ * 1.17 its target completion takes no posted receive (dapl-ofi's takes
+ * one, as IB does, with a second post: docs/ib-extension.md). */
+static int x_post_write_imm(void *p, size_t len, uint32_t imm)
+{
+	struct raw_x *x = p;
+	uint64_t until = 0;
+	ssize_t rc;
+
+	do
+		rc = fi_writedata(x->ep, x->buf + 2 * x->region, len, x->desc, imm, 0,
+				  x->peer_addr, x->peer_key, &x->fctx[0]);
+	while (rc == -FI_EAGAIN && retry(&until, x->txcq));
+	return rc ? fi_fail((int)rc, "fi_writedata") : 0;
+}
+
+/* atomic_lat: fi_fetch_atomic, where the provider has FI_ATOMIC (sockets;
+ * fabric_open asks for it first). */
+static int x_post_atomic(void *p)
+{
+	struct raw_x *x = p;
+	static const uint64_t one = 1;
+	uint64_t until = 0;
+	ssize_t rc;
+
+	do
+		rc = fi_fetch_atomic(x->ep, &one, 1, NULL, x->buf + x->region, x->desc, 0,
+				     x->peer_addr, x->peer_key, FI_UINT64, FI_SUM, &x->fctx[0]);
+	while (rc == -FI_EAGAIN && retry(&until, x->txcq));
+	return rc ? fi_fail((int)rc, "fi_fetch_atomic") : 0;
 }
 
 static int x_post_read(void *p, size_t len)
@@ -690,6 +723,8 @@ static int x_mt_down(void *p, uint32_t n)
 static const struct perf_ops raw_ops = {
 	.post_send = x_post_send, .post_recv = x_post_recv,
 	.post_write = x_post_write, .post_read = x_post_read,
+	.post_write_imm = x_post_write_imm, .imm_takes_recv = false,
+	.post_atomic = x_post_atomic,
 	.recv_done = x_recv_done, .req_done = x_req_done,
 	.conn_up = x_conn_up, .conn_down = x_conn_down,
 	.mt_up = x_mt_up, .mt_write = x_mt_write, .mt_reap = x_mt_reap, .mt_down = x_mt_down,
@@ -714,13 +749,19 @@ static int fabric_open(struct raw_x *x)
 				  FI_MR_PROV_KEY;
 	h->domain_attr->threading = FI_THREAD_SAFE;
 	h->fabric_attr->prov_name = strdup(opts.name);
-	h->tx_attr->size = 1024;
-	h->rx_attr->size = 1024;
-	rc = fi_getinfo(FIRAW_FI_VERSION, local_addr, NULL, FI_SOURCE, h, &x->info);
-	if (rc == -FI_ENODATA) {
-		h->tx_attr->size = 0;
-		h->rx_attr->size = 0;
+	/* as dapl-ofi: FI_ATOMIC where the provider has it */
+	rc = -FI_ENODATA;
+	for (int atomic = 1; atomic >= 0 && rc == -FI_ENODATA; atomic--) {
+		h->caps = atomic ? h->caps | FI_ATOMIC : h->caps & ~FI_ATOMIC;
+		h->tx_attr->size = 1024;
+		h->rx_attr->size = 1024;
 		rc = fi_getinfo(FIRAW_FI_VERSION, local_addr, NULL, FI_SOURCE, h, &x->info);
+		if (rc == -FI_ENODATA) {
+			h->tx_attr->size = 0;
+			h->rx_attr->size = 0;
+			rc = fi_getinfo(FIRAW_FI_VERSION, local_addr, NULL, FI_SOURCE, h,
+					&x->info);
+		}
 	}
 	fi_freeinfo(h);
 	if (rc) {

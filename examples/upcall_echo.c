@@ -417,21 +417,18 @@ static void client_dto_upcall(DAT_PVOID instance_data, const DAT_EVENT *ev,
 /* ------------------------------------------------ setup, waits, cleanup */
 
 /* LESSON 1: the extension is dapl-ofi's; another provider's IA would send
- * these op codes to its own extension handler. */
+ * these op codes to its own extension handler.  Ask for it by its
+ * provider-specific attribute (dat_ofi_upcall_supported): a dapl-ofi IA
+ * reports the IB extension as extension_supported, and serves this one
+ * beside it. */
 static bool open_ia(struct app *a)
 {
-	DAT_IA_ATTR attr;
-
 	if (dat_failed(dat_ia_open(a->ia_name, 8, &a->async_evd, &a->ia), "dat_ia_open"))
 		return false;
-	if (dat_failed(dat_ia_query(a->ia, NULL, DAT_IA_FIELD_ALL, &attr, 0, NULL),
-		       "dat_ia_query"))
-		return false;
-	if (attr.extension_supported != DAT_OFI_EXTENSION ||
-	    attr.extension_version < DAT_OFI_EXTENSION_VERSION) {
+	if (!dat_ofi_upcall_supported(a->ia, DAT_OFI_EXTENSION_VERSION)) {
 		fprintf(stderr, PROG ": IA '%s' does not offer dapl-ofi's upcall extension "
-			"(extension_supported %d, version %d)\n", a->ia_name,
-			(int)attr.extension_supported, (int)attr.extension_version);
+			"(no provider attribute %s >= %d)\n", a->ia_name, DAT_OFI_ATTR_UPCALL,
+			DAT_OFI_EXTENSION_VERSION);
 		return false;
 	}
 	return !dat_failed(dat_pz_create(a->ia, &a->pz), "dat_pz_create");

@@ -52,6 +52,9 @@ add "upcall-echo 10000 messages, window 32, 1 dispatcher thread" \
                                                       "DAPL_OFI_UPCALL_THREADS=1" "-n 10000 -w 32"
 add "upcall-echo 300 messages of 1 MiB, window 8"    ""                          "-n 300 -s 1048576 -w 8"
 add "upcall-echo 3 messages of 4 bytes"               ""                          "-n 3 -s 4"
+# the client on an IA that reports DAT_OFI_EXTENSION (ia_params ext=ofi, for
+# programs built before the IB extension): the ops work the same there
+add "upcall-echo 1000 messages, client on an ext=ofi IA" ""                       "-n 1000 -P ofi-lo-extofi"
 add "upcall-echo 1 message, 5 sessions (a client that leaves at once)" \
                                                       ""                          "-n 1 -w 1" 5
 

@@ -14,6 +14,8 @@
  * (dat_evd_wait) or a CNO (dat_cno_wait), plus the local event-core tests.
  */
 #include <dat2/udat.h>
+#include <netinet/in.h>		/* dat_ib_extensions.h needs sockaddr_in6 */
+#include <dat2/dat_ib_extensions.h>
 
 #if defined(__has_include)
 #if __has_include(<dat2/dat_ofi_extensions.h>)
@@ -232,10 +234,51 @@ static int x_post_read(void *p, size_t len)
 	return x_post_rdma(p, len, false);
 }
 
+/* dat_ib_post_rdma_write_immed (write_imm_lat): the peer's receive
+ * completion, a DAT_IB_DTO_EVENT, says the write landed. */
+static int x_post_write_imm(void *p, size_t len, uint32_t imm)
+{
+	struct dat_x *x = p;
+	DAT_LMR_TRIPLET t = seg(x, x->buf + 2 * x->region, len);
+	DAT_RMR_TRIPLET r = peer_seg(x, 0, len);
+	DAT_RETURN rc = dat_ib_post_rdma_write_immed(x->ep, 1, &t, cookie(x), &r, imm,
+						     DAT_COMPLETION_DEFAULT_FLAG);
+
+	return rc == DAT_SUCCESS ? 0 : dat_fail(rc, "dat_ib_post_rdma_write_immed");
+}
+
+/* dat_ib_post_fetch_and_add (atomic_lat): native where the IA has
+ * FI_ATOMIC (ofi-sock-lo), DAT_NOT_IMPLEMENTED on tcp. */
+static int x_post_atomic(void *p)
+{
+	struct dat_x *x = p;
+	DAT_LMR_TRIPLET t = seg(x, x->buf + x->region, 8);
+	DAT_RMR_TRIPLET r = peer_seg(x, 0, 8);
+	DAT_RETURN rc = dat_ib_post_fetch_and_add(x->ep, 1, &t, cookie(x), &r,
+						  DAT_COMPLETION_DEFAULT_FLAG);
+
+	return rc == DAT_SUCCESS ? 0 : dat_fail(rc, "dat_ib_post_fetch_and_add");
+}
+
 static int check_dto(const struct dat_x *x, const DAT_EVENT *ev, bool recv)
 {
 	const DAT_DTO_COMPLETION_EVENT_DATA *d = &ev->event_data.dto_completion_event_data;
 
+	if (ev->event_number == (DAT_EVENT_NUMBER)DAT_IB_DTO_EVENT) {
+		/* a write with immediate data: the sender's, or the receive it took */
+		const DAT_IB_EXTENSION_EVENT_DATA *e =
+			(const DAT_IB_EXTENSION_EVENT_DATA *)ev->event_extension_data;
+
+		if (d->status != DAT_DTO_SUCCESS ||
+		    (recv ? e->type != DAT_IB_RDMA_WRITE_IMMED_DATA :
+			    e->type != DAT_IB_RDMA_WRITE_IMMED && e->type != DAT_IB_FETCH_AND_ADD)) {
+			fprintf(stderr, "%s: %s: %s EVD gave an IB extension event of type %d, "
+				"status %s\n", TOOL, x->who, recv ? "receive" : "request",
+				(int)e->type, dto_status_name(d->status));
+			return PERF_ERR;
+		}
+		return 0;
+	}
 	if (ev->event_number != DAT_DTO_COMPLETION_EVENT) {
 		fprintf(stderr, "%s: %s: %s EVD gave %s (0x%x), expected a DTO completion\n",
 			TOOL, x->who, recv ? "receive" : "request", event_name(ev->event_number),
@@ -624,6 +667,8 @@ static int x_mt_down(void *p, uint32_t n)
 static const struct perf_ops dat_ops = {
 	.post_send = x_post_send, .post_recv = x_post_recv,
 	.post_write = x_post_write, .post_read = x_post_read,
+	.post_write_imm = x_post_write_imm, .imm_takes_recv = true,	/* as on IB */
+	.post_atomic = x_post_atomic,
 	.recv_done = x_recv_done, .req_done = x_req_done,
 	.conn_up = x_conn_up, .conn_down = x_conn_down,
 	.mt_up = x_mt_up, .mt_write = x_mt_write, .mt_reap = x_mt_reap, .mt_down = x_mt_down,
@@ -692,8 +737,9 @@ static int upcall_probe(struct dat_x *x, const DAT_IA_ATTR *a)
 		DAT_EVD_HANDLE evd;
 		DAT_RETURN rc;
 
-		if (a->extension_supported != DAT_OFI_EXTENSION)
-			return upcall_unavailable(a, "its DAT extension is not dapl-ofi's");
+		if (!dat_ofi_upcall_supported(x->ia, DAT_OFI_EXTENSION_VERSION))
+			return upcall_unavailable(a, "it has no dapl-ofi upcall extension "
+						  "(provider attribute " DAT_OFI_ATTR_UPCALL ")");
 		rc = dat_evd_kcreate(x->ia, 8, DAT_UPCALL_SINGLE_INSTANCE, &o,
 				     DAT_EVD_SOFTWARE_FLAG, &evd);
 		if (DAT_GET_TYPE(rc) == DAT_NOT_IMPLEMENTED)

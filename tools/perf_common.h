@@ -77,7 +77,7 @@ enum perf_test {
 	T_REAP,
 	T_CONN,
 	T_WRITE_MT,
-	T_WRITE_IDLE, T_WRITE_IDLE_LAT,
+	T_WRITE_IDLE, T_WRITE_IDLE_LAT, T_WRITE_IMM_LAT, T_ATOMIC_LAT,
 	T_EVENTS, T_WAKE, T_CNO, T_UPCALL,
 	T_COUNT
 };
@@ -112,6 +112,11 @@ static const struct perf_test_info perf_tests[T_COUNT] = {
 	[T_WRITE_IDLE_LAT] = { "write_idle_lat", NULL,
 			       "RDMA write ping-pong, one-way latency, each side spinning on "
 			       "memory and calling nothing", true, false },
+	[T_WRITE_IMM_LAT] = { "write_imm_lat", "write_imm",
+			      "RDMA write with immediate data ping-pong, one-way latency",
+			      true, false },
+	[T_ATOMIC_LAT] = { "atomic_lat", "atomic",
+			   "8-byte remote fetch-and-add, round-trip latency", true, false },
 	[T_EVENTS]    = { "events", NULL, "post_se + dequeue pairs, one thread", false, true },
 	[T_WAKE]      = { "wake", NULL, "wake-up latency between two threads", false, false },
 	[T_CNO]       = { "cno", NULL, "CNO wake-up latency between two threads", false, false },
@@ -282,7 +287,7 @@ static inline const char *perf_plan_decode(const uint8_t *in, size_t len, struct
 	    pl->nsizes > PERF_MAX_SIZES)
 		return "bad test or size count in the plan";
 	for (int i = 0; i < pl->ntests; i++)
-		if (pl->tests[i] < T_SEND_LAT || pl->tests[i] > T_WRITE_IDLE_LAT)
+		if (pl->tests[i] < T_SEND_LAT || pl->tests[i] > T_ATOMIC_LAT)
 			return "the plan names a test this server does not know";
 	for (int i = 0; i < pl->nsizes; i++)
 		if (!pl->sizes[i] || pl->sizes[i] > PERF_MAX_SIZE || pl->sizes[i] > pl->region ||
@@ -536,7 +541,8 @@ static inline void perf_usage(FILE *f, const char *prog, const char *name_opt,
 "  -n port      port / connection qualifier (default %u)\n"
 "  -t tests     comma list (default send_lat): send_lat write_lat read_lat\n"
 "               send_bw write_bw read_bw reap conn write_mt write_idle\n"
-"               write_idle_lat events wake cno upcall\n"
+"               write_idle_lat write_imm_lat atomic_lat events wake cno\n"
+"               upcall\n"
 "               (send, write, read: the latency tests; conn runs alone:\n"
 "               its -S are endpoint counts, default 1,16,256,1024, and it\n"
 "               times a 64 B ping-pong beside each count of idle EPs)\n"
@@ -548,6 +554,10 @@ static inline void perf_usage(FILE *f, const char *prog, const char *name_opt,
 "               write_idle_lat: write_lat where each side spins on memory\n"
 "               and calls nothing (MPI one-sided, pscom): against\n"
 "               write_lat -m poll, what a passive target costs\n"
+"               write_imm_lat: RDMA writes with immediate data, each side\n"
+"               waiting for the peer's by its receive completion\n"
+"               atomic_lat: 8-byte fetch-and-adds on the server's region\n"
+"               (-S ignored), each waited for: round trip\n"
 "  -S sizes     64  |  64,4k,64k  |  64:1m (powers of two)  |  all (1:1m)\n"
 "               (default 64,4k,64k)\n"
 "  -I iters     iterations per size (default 10000; a bandwidth size moves\n"
@@ -909,6 +919,17 @@ struct perf_ops {
 	 * region -> the local RDMA region */
 	int (*post_write)(void *x, size_t len);
 	int (*post_read)(void *x, size_t len);
+	/* post_write with a 32-bit immediate value that completes a receive at
+	 * the peer, its completion giving len (NULL: not in this program);
+	 * imm_takes_recv: that receive is a posted one (DAT, as IB), so one
+	 * is posted again after it; raw libfabric tcp's fi_writedata takes
+	 * none */
+	int (*post_write_imm)(void *x, size_t len, uint32_t imm);
+	bool imm_takes_recv;
+	/* fetch-and-add of 1 on the first 8 bytes of the peer's RDMA region,
+	 * the old value into the local RDMA region (NULL: not in this
+	 * program); PERF_NA: the transport has no atomics */
+	int (*post_atomic)(void *x);
 	/* One receive completion, waited for by the run's mode until the
 	 * deadline: PERF_OK (*len set), PERF_TIMEDOUT or PERF_ERR. */
 	int (*recv_done)(void *x, size_t *len, uint64_t deadline);
@@ -1083,7 +1104,7 @@ static inline int perf_reap_some(struct perf_run *r)
 	return PERF_OK;
 }
 
-enum perf_op { OP_SEND, OP_WRITE, OP_READ };
+enum perf_op { OP_SEND, OP_WRITE, OP_READ, OP_WRITE_IMM, OP_ATOMIC };
 
 /* Post one request, keeping at most `limit` in flight. */
 static inline int perf_post(struct perf_run *r, enum perf_op op, size_t len, int limit)
@@ -1102,8 +1123,10 @@ static inline int perf_post(struct perf_run *r, enum perf_op op, size_t len, int
 	bool sig = r->plan->cq_mod <= 1 || ++r->sends % r->plan->cq_mod == 0;
 
 	rc = op == OP_SEND ? r->ops->post_send(r->x, len, sig) :
-	     op == OP_WRITE ? r->ops->post_write(r->x, len) : r->ops->post_read(r->x, len);
-	if (op != OP_READ)
+	     op == OP_WRITE ? r->ops->post_write(r->x, len) :
+	     op == OP_WRITE_IMM ? r->ops->post_write_imm(r->x, len, r->seq) :
+	     op == OP_ATOMIC ? r->ops->post_atomic(r->x) : r->ops->post_read(r->x, len);
+	if (op != OP_READ && op != OP_ATOMIC)
 		perf_call_done(op == OP_SEND ? PC_POST_SEND : PC_POST_WRITE, t0);
 	if (rc == PERF_NOCOMP)
 		return PERF_OK;
@@ -1137,6 +1160,24 @@ static inline int perf_recv_long(struct perf_run *r, size_t len, const char *wha
 static inline int perf_recv(struct perf_run *r, size_t len, const char *what)
 {
 	return perf_recv_long(r, len, what, 1);
+}
+
+/* The receive completion of the peer's RDMA write with immediate data:
+ * its length, and a receive posted again where it took one. */
+static inline int perf_recv_imm(struct perf_run *r, size_t len, const char *what)
+{
+	size_t got = 0;
+	int rc;
+
+	if (r->ops->imm_takes_recv)
+		return perf_recv(r, len, what);
+	/* the length is not checked: libfabric tcp 1.17 reports 0 for a
+	 * remote write's completion */
+	(void)len;
+	rc = r->ops->recv_done(r->x, &got, perf_now() + r->timeout_ns);
+	if (rc == PERF_TIMEDOUT)
+		return perf_timeout(r, what);
+	return rc ? PERF_ERR : PERF_OK;
 }
 
 /* Barrier: the client sends, the server answers.  Between two barriers the
@@ -1354,7 +1395,7 @@ static inline int perf_phase(struct perf_run *r, enum perf_test t, uint32_t size
 	int window = (int)pl->window;
 	bool poll = pl->mode == M_POLL;
 	bool passive = t == T_READ_LAT || t == T_WRITE_BW || t == T_READ_BW || t == T_REAP ||
-		       t == T_WRITE_IDLE;
+		       t == T_WRITE_IDLE || t == T_ATOMIC_LAT;
 	uint64_t t0 = 0, t1, it0, t_up = 0;
 	long rss0 = 0, rss1 = 0;
 	const char *tn = perf_tests[t].name;
@@ -1372,6 +1413,9 @@ static inline int perf_phase(struct perf_run *r, enum perf_test t, uint32_t size
 		r->rdma[size - 1] = 0;
 		r->tx[size - 1] = 0;
 	}
+	if ((t == T_WRITE_IMM_LAT && !r->ops->post_write_imm) ||
+	    (t == T_ATOMIC_LAT && !r->ops->post_atomic))
+		return perf_fail(r, "%s: not in this program", tn);
 	if ((t == T_WRITE_IDLE || t == T_WRITE_IDLE_LAT) && !r->ops->idle_target)
 		return perf_fail(r, "%s: not in this program: raw libfabric tcp moves "
 				 "data only inside its calls, a target that calls nothing is "
@@ -1433,6 +1477,46 @@ static inline int perf_phase(struct perf_run *r, enum perf_test t, uint32_t size
 		}
 		break;
 
+	case T_WRITE_IMM_LAT:
+		/* write_lat, each write carrying its sequence number as
+		 * immediate data, whose receive completion (taken by the run's
+		 * mode) says it landed: no 0-byte send after it, no spin */
+		for (uint32_t i = 0; i < total; i++) {
+			uint8_t v = perf_next_seq(r);
+
+			if (i == warm) {
+				t0 = perf_now();
+				perf_calls_begin();
+			}
+			it0 = perf_now();
+			if (r->server) {
+				if (perf_recv_imm(r, size, "write_imm_lat: waiting for the ping"))
+					return PERF_ERR;
+				if (r->rdma[size - 1] != v)
+					return perf_fail(r, "write_imm_lat: its receive completed, "
+							 "but the write has not landed (byte %u, "
+							 "expected %u)", r->rdma[size - 1], v);
+				r->tx[size - 1] = v;
+				if (perf_post(r, OP_WRITE_IMM, size, r->req_depth))
+					return PERF_ERR;
+			} else {
+				r->tx[size - 1] = v;
+				if (perf_post(r, OP_WRITE_IMM, size, r->req_depth) ||
+				    perf_recv_imm(r, size, "write_imm_lat: waiting for the pong"))
+					return PERF_ERR;
+				if (i >= warm)
+					r->samples[i - warm] = (uint32_t)((perf_now() - it0) / 2);
+				if (r->rdma[size - 1] != v)
+					return perf_fail(r, "write_imm_lat: its receive completed, "
+							 "but the write has not landed (byte %u, "
+							 "expected %u)", r->rdma[size - 1], v);
+			}
+			if (perf_reap_some(r))
+				return PERF_ERR;
+			perf_progress_tick(&r->prog, i);
+		}
+		break;
+
 	case T_WRITE_IDLE_LAT:
 		/* write_lat's poll form, but the spin calls nothing: each side
 		 * posts its write, reaps what has completed without waiting,
@@ -1455,6 +1539,26 @@ static inline int perf_phase(struct perf_run *r, enum perf_test t, uint32_t size
 				if (i >= warm)
 					r->samples[i - warm] = (uint32_t)((perf_now() - it0) / 2);
 			}
+			perf_progress_tick(&r->prog, i);
+		}
+		break;
+
+	case T_ATOMIC_LAT:
+		/* read_lat's loop: the server is the passive target, and its
+		 * first 8 bytes end at warm + n */
+		if (r->server)
+			break;
+		if (perf_reap_to(r, 0, "atomic_lat: draining"))
+			return PERF_ERR;
+		for (uint32_t i = 0; i < total; i++) {
+			if (i == warm)
+				t0 = perf_now();
+			it0 = perf_now();
+			if (perf_post(r, OP_ATOMIC, 8, 1) ||
+			    perf_reap_to(r, 0, "atomic_lat: waiting for the fetch-and-add"))
+				return PERF_ERR;
+			if (i >= warm)
+				r->samples[i - warm] = (uint32_t)(perf_now() - it0);
 			perf_progress_tick(&r->prog, i);
 		}
 		break;
@@ -1615,7 +1719,7 @@ static inline int perf_phase(struct perf_run *r, enum perf_test t, uint32_t size
 	default:
 		return perf_fail(r, "%s is not a peer test", tn);
 	}
-	if (t == T_SEND_LAT || t == T_WRITE_LAT)
+	if (t == T_SEND_LAT || t == T_WRITE_LAT || t == T_WRITE_IMM_LAT)
 		perf_calls_end(r->tool, r->server, tn, size, n);
 	else if (t == T_CONN)	/* its ping-pong, beside the N idle EPs */
 		perf_calls_end(r->tool, r->server, "conn ping-pong", PERF_CONN_LAT_SIZE,

@@ -24,8 +24,13 @@
  * arm took effect (the counterpart of IB_CQ_REPORT_MISSED_EVENTS).
  * DAT_UPCALL_INVOC_ANY is the level rule: queued events are delivered too.
  *
- * Check for the extension before use: dat_ia_query's
- * ia_attr.extension_supported == DAT_OFI_EXTENSION.
+ * Check for the extension before use with dat_ofi_upcall_supported(ia),
+ * below: a provider-specific attribute DAT_OFI_ATTR_UPCALL in dat_ia_query's
+ * provider attributes.  dapl-ofi IAs report the IB extension
+ * (extension_supported == DAT_EXTENSION_IB) and serve these ops as well;
+ * an IA whose dat.conf entry says ext=ofi reports DAT_OFI_EXTENSION instead,
+ * for programs built before dapl-ofi served both (they tested
+ * extension_supported == DAT_OFI_EXTENSION).
  */
 #ifndef DAT_OFI_EXTENSIONS_H
 #define DAT_OFI_EXTENSIONS_H
@@ -37,13 +42,21 @@ extern "C" {
 #endif
 
 /* DAT_IA_ATTR.extension_supported / extension_version of dapl-ofi IAs
- * (DAT_EXTENSION_IB is 1 and DAT_EXTENSION_IW 2: no collision). */
+ * configured with ext=ofi (DAT_EXTENSION_IB is 1 and DAT_EXTENSION_IW 2:
+ * no collision).  Other IAs report DAT_EXTENSION_IB. */
 #define DAT_OFI_EXTENSION		((DAT_EXTENSION)0x4f46)
 #define DAT_OFI_EXTENSION_VERSION	1
 
+/* The provider-specific attribute (DAT_PROVIDER_ATTR.provider_specific_attr)
+ * that says an IA serves these ops, whatever its extension_supported; its
+ * value is the extension's version, in decimal. */
+#define DAT_OFI_ATTR_UPCALL		"DAPL_OFI_UPCALL_EXTENSION"
+#define DAT_OFI_ATTR_UPCALL_VERSION_STR	"1"
+
 /* Op codes: the high half spells "OF"; bits 0x1000 and 0x2000, which the
  * registry reserves for open/close-by-name ops, are clear, and the IB
- * extension's ops (0..0x1f, 0x1000, 0x2000) cannot collide. */
+ * extension's ops (0..0x1d, 0x1000, 0x2000), which dapl-ofi serves on the
+ * same IAs, cannot collide. */
 #define DAT_OFI_EVD_KCREATE_OP		0x4f460001
 #define DAT_OFI_EVD_MODIFY_UPCALL_OP	0x4f460002
 #define DAT_OFI_EVD_QUERY_UPCALL_OP	0x4f460003
@@ -77,6 +90,31 @@ typedef enum dat_upcall_flag {
 	DAT_UPCALL_INVOC_ANY = 1	/* level: queued events are delivered too */
 } DAT_UPCALL_FLAG;
 #endif
+
+/* Whether ia serves this extension at version `version` or later. */
+static inline DAT_BOOLEAN dat_ofi_upcall_supported(DAT_IA_HANDLE ia, int version)
+{
+	DAT_PROVIDER_ATTR pa;
+	DAT_COUNT i;
+
+	if (dat_ia_query(ia, NULL, 0, NULL, DAT_PROVIDER_FIELD_PROVIDER_SPECIFIC_ATTR,
+			 &pa) != DAT_SUCCESS)
+		return DAT_FALSE;
+	for (i = 0; i < pa.num_provider_specific_attr; i++) {
+		const DAT_NAMED_ATTR *a = &pa.provider_specific_attr[i];
+		const char *v = a->value;
+		int n = 0;
+
+		if (!a->name || !v)
+			continue;
+		if (__builtin_strcmp(a->name, DAT_OFI_ATTR_UPCALL) != 0)
+			continue;
+		while (*v >= '0' && *v <= '9' && n < 100000)
+			n = n * 10 + (*v++ - '0');
+		return n >= version ? DAT_TRUE : DAT_FALSE;
+	}
+	return DAT_FALSE;
+}
 
 /* Create an EVD whose upcall policy is set before any event can arrive. */
 static inline DAT_RETURN dat_evd_kcreate(DAT_IA_HANDLE ia, DAT_COUNT evd_min_qlen,

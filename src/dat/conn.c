@@ -396,6 +396,7 @@ static int ep_open_fep(struct dfi_ep *ep, void *req, struct dfi_fep **fep)
 {
 	struct dfi_ia *ia = ep->hdr.ia;
 	struct dfi_cq *tx = NULL, *rx = NULL, *spare = NULL;
+	size_t txn, txmax;
 	int rc;
 
 	*fep = NULL;
@@ -416,10 +417,16 @@ static int ep_open_fep(struct dfi_ep *ep, void *req, struct dfi_fep **fep)
 	} else {
 		dfi_progress_pair(ep->req_evd, ep->recv_evd);
 	}
+	/* twice the requests: an RDMA write with immediate data posts two
+	 * (dto.c, post_write_imm), within what the provider granted */
+	txn = 2 * (size_t)ep->attr.max_request_dtos;
+	txmax = dfi_fabric_limits(ia->fab)->tx_size;
+	if (txmax && txn > txmax)
+		txn = txmax > (size_t)ep->attr.max_request_dtos ? txmax :
+		      (size_t)ep->attr.max_request_dtos;
 	return dfi_fep_open(ia->fab, ia->eq, req, tx ? tx : spare, rx ? rx : spare,
 			    ep->srq ? ep->srq->srx : NULL,
-			    (size_t)ep->attr.max_request_dtos, (size_t)ep->attr.max_recv_dtos,
-			    ep, fep);
+			    txn, (size_t)ep->attr.max_recv_dtos, ep, fep);
 }
 
 /* Then, under cm_lock and post_lock, the receives posted while it was
@@ -527,6 +534,7 @@ DAT_RETURN dfi_cr_accept(DAT_CR_HANDLE h, DAT_EP_HANDLE eph, DAT_COUNT plen,
 	if (rc)
 		return cm_err(rc, "dat_cr_accept", DFI_ERR(DAT_INTERNAL_ERROR, 0));
 	cr_retire(cr, gone);
+	dfi_cnt_add(&ia->cnt[DCNT_IA_SP_CR_ACCEPTED], 1);
 	return DAT_SUCCESS;
 }
 
@@ -540,6 +548,7 @@ DAT_RETURN dfi_cr_reject(DAT_CR_HANDLE h, DAT_COUNT plen, const DAT_PVOID pdata)
 	if (plen < 0 || plen > DFI_PDATA_MAX || (plen && !pdata))
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2),
 				  "private data size %d (max %d)", plen, DFI_PDATA_MAX);
+	dfi_cnt_add(&cr->hdr.ia->cnt[DCNT_IA_SP_CR_REJECTED], 1);	/* cr goes here */
 	cr_refuse(cr, pdata, (size_t)plen);
 	return DAT_SUCCESS;
 }
@@ -584,6 +593,7 @@ static DAT_RETURN ep_connect_to(struct dfi_ep *ep, struct sockaddr_in dest, DAT_
 			/* a listener's host that vanishes before it
 			 * answers ends the connect too */
 			dfi_fep_arm_liveness(fep, ia->peer_timeout_ms, true);
+			dfi_cnt_add(&ia->cnt[DCNT_IA_CM_REQ_TX], 1);
 		}
 		pthread_mutex_unlock(&ep->post_lock);
 		if (rc)
@@ -883,8 +893,21 @@ static void srq_ep_ended(struct cm_post *p, struct dfi_ep *ep)
 static void conn_event(struct cm_post *p, struct dfi_ep *ep, DAT_EVENT_NUMBER num,
 		       const void *pdata, size_t plen)
 {
+	struct dfi_ia *ia = ep->hdr.ia;
+
+	/* the IB extension's counters (ib.c) */
+	if (num == DAT_CONNECTION_EVENT_ESTABLISHED) {
+		dfi_cnt_add(&ep->cnt[DCNT_EP_CONNECT], 1);
+		dfi_cnt_add(&ia->cnt[ep->remote_port ? DCNT_IA_CM_ACTIVE_EST :
+				     DCNT_IA_CM_PASSIVE_EST], 1);
+	} else if (num == DAT_CONNECTION_EVENT_DISCONNECTED) {
+		dfi_cnt_add(&ep->cnt[DCNT_EP_DISCONNECT], 1);
+	} else {
+		dfi_cnt_add(&ia->cnt[DCNT_IA_CM_ERR], 1);
+	}
 	if (!ep->conn_evd)
 		return;
+	dfi_cnt_add(&ep->conn_evd->cnt[DCNT_EVD_CONN_CALLBACK], 1);
 	memset(&p->ev, 0, sizeof(p->ev));
 	p->ev.event_number = num;
 	p->ev.event_data.connect_event_data.ep_handle = ep;
@@ -927,6 +950,8 @@ static void cr_event(struct dfi_ia *ia, struct dfi_cr *cr, struct cm_post *p)
 {
 	struct dfi_sp *sp = cr->sp;
 
+	dfi_cnt_add(&ia->cnt[DCNT_IA_SP_CR], 1);
+	dfi_cnt_add(&sp->cr_evd->cnt[DCNT_EVD_CONN_CALLBACK], 1);
 	memset(&p->ev, 0, sizeof(p->ev));
 	p->ev.event_number = DAT_CONNECTION_REQUEST_EVENT;
 	p->ev.event_data.cr_arrival_event_data.sp_handle.psp_handle = sp;

@@ -24,6 +24,7 @@
 #include "util/arena.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -47,6 +48,7 @@ struct dfi_dto_pool *dfi_dto_pool_new(int n)
 
 static void pool_free(struct dfi_dto_pool *p)
 {
+	free(p->atom);
 	dfi_arena_free(p);
 }
 
@@ -170,6 +172,8 @@ DAT_DTO_COMPLETION_STATUS dfi_dto_status(int err)
 	}
 }
 
+static void dto_event_ib(struct dfi_dto *d, const struct dfi_comp *c, DAT_EVENT *ev);
+
 /* Every field of the DTO completion is written; the rest of the event's
  * union is not cleared (it is not this event's, and this runs once per
  * completion). */
@@ -191,7 +195,41 @@ DFI_HOT static void dto_event(struct dfi_dto *d, const struct dfi_comp *c, DAT_E
 			dfi_dbg(DFI_SS_EP, "EP %p: DTO %d (cookie 0x%llx) failed: %s",
 				(void *)d->ep, (int)d->op, (unsigned long long)d->cookie.as_64,
 				strerror(c->err));
+	} else if (d->op == DAT_DTO_RECEIVE && !c->imm) {
+		dfi_cnt_add_1w(&d->ep->cnt[DCNT_EP_RECV], 1);
+		dfi_cnt_add_1w(&d->ep->cnt[DCNT_EP_RECV_DATA], c->len);
 	}
+	if (__builtin_expect(c->imm || d->op >= DAT_DTO_EXTENSION_BASE, 0))
+		dto_event_ib(d, c, ev);
+}
+
+/* The IB extension's DTO events (ib.c, docs/ib-extension.md): the
+ * sender's RDMA write with immediate data, and the receive it consumed at
+ * the target, whose remote CQ data carries the write's length (high 32
+ * bits) and the immediate value (low 32). */
+static void dto_event_ib(struct dfi_dto *d, const struct dfi_comp *c, DAT_EVENT *ev)
+{
+	DAT_DTO_COMPLETION_EVENT_DATA *e = &ev->event_data.dto_completion_event_data;
+	DAT_IB_EXTENSION_EVENT_DATA *x = (DAT_IB_EXTENSION_EVENT_DATA *)ev->event_extension_data;
+
+	memset(x, 0, sizeof(*x));
+	ev->event_number = (DAT_EVENT_NUMBER)DAT_IB_DTO_EVENT;
+	x->status = c->err ? DAT_IB_OP_ERR : DAT_OP_SUCCESS;
+	if (d->op == DAT_DTO_RECEIVE) {
+		e->operation = (DAT_DTOS)DAT_IB_DTO_RECV_IMMED;
+		x->type = DAT_IB_RDMA_WRITE_IMMED_DATA;
+		x->val.immed.data = (DAT_UINT32)c->data;
+		e->transfered_length = c->err ? 0 : (DAT_SEG_LENGTH)(c->data >> 32);
+		if (!c->err) {
+			dfi_cnt_add(&d->ep->cnt[DCNT_EP_RECV_RDMA_IMM], 1);
+			dfi_cnt_add(&d->ep->cnt[DCNT_EP_RECV_RDMA_IMM_DATA], c->data >> 32);
+		}
+	} else {
+		x->type = d->op == (DAT_DTOS)DAT_IB_DTO_FETCH_ADD ? DAT_IB_FETCH_AND_ADD :
+			  d->op == (DAT_DTOS)DAT_IB_DTO_CMP_SWAP ? DAT_IB_CMP_AND_SWAP :
+			  DAT_IB_RDMA_WRITE_IMMED;
+	}
+	x->context.as_64 = d->cookie.as_64;
 }
 
 /* Whether a completion becomes an event: a suppressed success frees its
@@ -260,6 +298,8 @@ DFI_HOT static int cq_read(void *ctx, DAT_EVENT *ev, int max)
 		if (n < want)
 			break;
 	}
+	if (out)
+		dfi_cnt_add_1w(&evd->cnt[DCNT_EVD_DTO_CALLBACK], (uint64_t)out);
 	return out;
 }
 
@@ -297,8 +337,10 @@ DFI_HOT static int cq_read_one(void *ctx, DAT_EVENT *ev)
 			fence_done(d);
 		idx = (int)(d - d->pool->d);
 		dto_complete(d->pool, &idx, 1, 0);	/* last: d may be gone after it */
-		if (report)
+		if (report) {
+			dfi_cnt_add_1w(&evd->cnt[DCNT_EVD_DTO_CALLBACK], 1);
 			return 1;
+		}
 	}
 	return 0;
 }
@@ -338,11 +380,14 @@ DFI_HOT static void cq_consumed(void *ctx, const DAT_EVENT *ev)
 	(void)ctx;
 	if (!ep)
 		return;		/* freed since: its pools went with it */
-	if (e->operation == DAT_DTO_RECEIVE && ep->srq) {
+	bool recv = e->operation == DAT_DTO_RECEIVE ||
+		    e->operation == (DAT_DTOS)DAT_IB_DTO_RECV_IMMED;
+
+	if (recv && ep->srq) {
 		dfi_srq_consumed(ep);	/* the slot was the SRQ's */
 		return;
 	}
-	p = e->operation == DAT_DTO_RECEIVE ? ep->recvq : ep->sendq;
+	p = recv ? ep->recvq : ep->sendq;
 	atomic_fetch_add_explicit(&p->released, 1, memory_order_release);
 }
 
@@ -447,7 +492,7 @@ void dfi_ep_flush_pending(struct dfi_ep *ep)
 	free(early);
 }
 
-enum post_kind { POST_SEND, POST_RECV, POST_WRITE, POST_READ };
+enum post_kind { POST_SEND, POST_RECV, POST_WRITE, POST_READ, POST_WRITE_IMM };
 
 /*
  * DAT_COMPLETION_BARRIER_FENCE_FLAG: the request may not start before the
@@ -472,11 +517,47 @@ struct dfi_held {
 	int n;
 	uint64_t raddr;
 	uint32_t rkey;
+	uint32_t imm;			/* POST_WRITE_IMM's immediate value */
 	struct dfi_sge sg[DFI_MAX_SGE];
 };
 
+/*
+ * RDMA write with immediate data (the IB extension; docs/ib-extension.md):
+ * the write, with no descriptor of its own (its completion, a NULL
+ * context, is skipped), then on the same endpoint a message of no bytes
+ * whose remote CQ data is the write's length and the immediate value.
+ * libfabric orders a send after a write (FI_ORDER_SAW), so the target's
+ * receive completes after the data landed; it consumes a posted receive
+ * as IB's does, and touches none of its bytes.  tcp 1.17's own fi_writedata
+ * would not do: its target completion takes no receive and names no
+ * endpoint on a CQ that several share.
+ */
+static int post_write_imm(struct dfi_ep *ep, const struct dfi_sge *sg, int n, uint64_t raddr,
+			  uint32_t rkey, uint32_t imm, struct dfi_dto *d)
+{
+	uint64_t data = (uint64_t)d->len << 32 | imm;
+	int rc = dfi_post_write(ep->fep, sg, n, raddr, rkey, NULL);
+
+	if (rc)
+		return rc;
+	/* the write is out: the notice must follow it (its slot is reserved:
+	 * the endpoint's transmit queue is twice the EP's requests, conn.c) */
+	for (int k = 0; k < 1000; k++) {
+		rc = dfi_post_senddata(ep->fep, data, d);
+		if (rc != -EAGAIN)
+			break;
+		sched_yield();
+	}
+	if (rc) {
+		dfi_err(DFI_SS_EP, "EP %p: RDMA write with immediate data: the write went, its "
+			"notice did not: %s", (void *)ep, strerror(-rc));
+		return -EIO;
+	}
+	return 0;
+}
+
 static int post_to_fabric(struct dfi_ep *ep, enum post_kind kind, const struct dfi_sge *sg,
-			  int n, uint64_t raddr, uint32_t rkey, struct dfi_dto *d)
+			  int n, uint64_t raddr, uint32_t rkey, uint32_t imm, struct dfi_dto *d)
 {
 	int rc;
 
@@ -484,6 +565,7 @@ static int post_to_fabric(struct dfi_ep *ep, enum post_kind kind, const struct d
 	case POST_SEND: return dfi_post_send(ep->fep, sg, n, d);
 	case POST_RECV: return dfi_post_recv(ep->fep, sg, n, d);
 	case POST_WRITE: return dfi_post_write(ep->fep, sg, n, raddr, rkey, d);
+	case POST_WRITE_IMM: return post_write_imm(ep, sg, n, raddr, rkey, imm, d);
 	default:
 		/* counted before the post: its completion may be read first */
 		atomic_fetch_add_explicit(&ep->sendq->reads_out, 1, memory_order_acq_rel);
@@ -496,14 +578,14 @@ static int post_to_fabric(struct dfi_ep *ep, enum post_kind kind, const struct d
 
 /* post_lock held: hold a request behind the fence (or behind held ones). */
 static int fence_hold(struct dfi_ep *ep, enum post_kind kind, bool fenced, int idx,
-		      const struct dfi_sge *sg, int n, uint64_t raddr, uint32_t rkey)
+		      const struct dfi_sge *sg, int n, uint64_t raddr, uint32_t rkey, uint32_t imm)
 {
 	struct dfi_held *h = malloc(sizeof(*h));
 
 	if (!h)
 		return -ENOMEM;
 	*h = (struct dfi_held){ .kind = kind, .fenced = fenced, .idx = idx, .n = n,
-				.raddr = raddr, .rkey = rkey };
+				.raddr = raddr, .rkey = rkey, .imm = imm };
 	memcpy(h->sg, sg, (size_t)n * sizeof(*sg));
 	if (ep->held)
 		*ep->held_tail = h;
@@ -528,7 +610,7 @@ static void fence_release(struct dfi_ep *ep)
 		if (h->fenced &&
 		    atomic_load_explicit(&ep->sendq->reads_out, memory_order_acquire) > 0)
 			return;
-		rc = post_to_fabric(ep, h->kind, h->sg, h->n, h->raddr, h->rkey,
+		rc = post_to_fabric(ep, h->kind, h->sg, h->n, h->raddr, h->rkey, h->imm,
 				    &ep->sendq->d[h->idx]);
 		if (rc) {
 			if (rc != -EAGAIN)
@@ -597,9 +679,22 @@ struct post_after {
 /* Inlined, with post() below, into each dat_ep_post_* entry: there `kind`
  * is a constant and its branches fold.  post_lock held. */
 #define POST_INLINE static inline __attribute__((always_inline))
+
+/* The EP's counters of what it posted (dat_ib_query_counters). */
+POST_INLINE void post_count(struct dfi_ep *ep, enum post_kind kind, DAT_VLEN bytes)
+{
+	static const int which[] = {
+		[POST_SEND] = DCNT_EP_POST_SEND, [POST_RECV] = DCNT_EP_POST_RECV,
+		[POST_WRITE] = DCNT_EP_POST_WRITE, [POST_READ] = DCNT_EP_POST_READ,
+		[POST_WRITE_IMM] = DCNT_EP_POST_WRITE_IMM,
+	};
+
+	dfi_cnt_add_1w(&ep->cnt[which[kind]], 1);
+	dfi_cnt_add_1w(&ep->cnt[which[kind] + 1], bytes);	/* its _DATA */
+}
 POST_INLINE DAT_RETURN post_locked(struct dfi_ep *ep, DAT_COUNT nseg, DAT_LMR_TRIPLET *iov,
 				   DAT_DTO_COOKIE cookie, const DAT_RMR_TRIPLET *remote,
-				   DAT_COMPLETION_FLAGS flags, enum post_kind kind,
+				   DAT_COMPLETION_FLAGS flags, enum post_kind kind, uint32_t imm,
 				   struct post_after *after)
 {
 	struct dfi_dto_pool *pool;
@@ -617,15 +712,15 @@ POST_INLINE DAT_RETURN post_locked(struct dfi_ep *ep, DAT_COUNT nseg, DAT_LMR_TR
 				  "EP %p takes its receives from SRQ %p: post them with "
 				  "dat_srq_post_recv", (void *)ep, (void *)ep->srq);
 	maxseg = kind == POST_RECV ? ep->attr.max_recv_iov : kind == POST_SEND ?
-		 ep->attr.max_request_iov : kind == POST_WRITE ? ep->attr.max_rdma_write_iov :
-		 ep->attr.max_rdma_read_iov;
+		 ep->attr.max_request_iov : kind == POST_WRITE || kind == POST_WRITE_IMM ?
+		 ep->attr.max_rdma_write_iov : ep->attr.max_rdma_read_iov;
 	if (nseg < 0 || nseg > maxseg)
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2),
 				  "EP %p: %d segments, the EP allows %d", (void *)ep, nseg, maxseg);
 	if (nseg > 0 && !iov)
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3),
 				  "EP %p: segment list is NULL", (void *)ep);
-	if ((kind == POST_WRITE || kind == POST_READ) && !remote)
+	if ((kind == POST_WRITE || kind == POST_READ || kind == POST_WRITE_IMM) && !remote)
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG5),
 				  "EP %p: remote RMR triplet is NULL", (void *)ep);
 	for (i = 0; i < nseg; i++) {
@@ -637,6 +732,10 @@ POST_INLINE DAT_RETURN post_locked(struct dfi_ep *ep, DAT_COUNT nseg, DAT_LMR_TR
 		total += iov[i].segment_length;
 		n++;
 	}
+	if (kind == POST_WRITE_IMM && total > UINT32_MAX)
+		return DFI_REJECT(DFI_ERR(DAT_LENGTH_ERROR, 0),
+				  "EP %p: RDMA write with immediate data of %llu bytes: at most "
+				  "4 GiB - 1", (void *)ep, (unsigned long long)total);
 	pool = kind == POST_RECV ? ep->recvq : ep->sendq;
 	i = dto_get(pool);
 	if (i < 0)
@@ -648,7 +747,8 @@ POST_INLINE DAT_RETURN post_locked(struct dfi_ep *ep, DAT_COUNT nseg, DAT_LMR_TR
 	d->cookie = cookie;
 	d->len = (DAT_SEG_LENGTH)total;
 	d->op = kind == POST_SEND ? DAT_DTO_SEND : kind == POST_RECV ? DAT_DTO_RECEIVE :
-		kind == POST_WRITE ? DAT_DTO_RDMA_WRITE : DAT_DTO_RDMA_READ;
+		kind == POST_WRITE ? DAT_DTO_RDMA_WRITE : kind == POST_READ ? DAT_DTO_RDMA_READ :
+		(DAT_DTOS)DAT_IB_DTO_RDMA_WRITE_IMMED;
 	d->suppress = (flags & DAT_COMPLETION_SUPPRESS_FLAG) ||
 		      ((flags & DAT_COMPLETION_UNSIGNALLED_FLAG) && kind != POST_RECV &&
 		       (ep->attr.request_completion_flags & DAT_COMPLETION_UNSIGNALLED_FLAG));
@@ -674,8 +774,10 @@ POST_INLINE DAT_RETURN post_locked(struct dfi_ep *ep, DAT_COUNT nseg, DAT_LMR_TR
 
 		if (kind == POST_RECV && st != DAT_EP_STATE_CONNECTED &&
 		    st != DAT_EP_STATE_DISCONNECTED) {
-			if (!early_add(ep, i, sg, n))
+			if (!early_add(ep, i, sg, n)) {
+				post_count(ep, kind, total);
 				return DAT_SUCCESS;
+			}
 			dto_put(pool, i);
 			return DFI_REJECT(DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_MEMORY),
 					  "EP %p: no memory to keep a receive posted before "
@@ -691,7 +793,7 @@ POST_INLINE DAT_RETURN post_locked(struct dfi_ep *ep, DAT_COUNT nseg, DAT_LMR_TR
 		bool fenced = flags & DAT_COMPLETION_BARRIER_FENCE_FLAG;
 
 		if (fence_hold(ep, kind, fenced, i, sg, n, remote ? remote->virtual_address : 0,
-			       remote ? remote->rmr_context : 0)) {
+			       remote ? remote->rmr_context : 0, imm)) {
 			dto_put(pool, i);
 			return DFI_REJECT(DFI_ERR(DAT_INSUFFICIENT_RESOURCES,
 						  DAT_RESOURCE_MEMORY),
@@ -700,6 +802,7 @@ POST_INLINE DAT_RETURN post_locked(struct dfi_ep *ep, DAT_COUNT nseg, DAT_LMR_TR
 		}
 		/* the reads may all have completed meanwhile */
 		fence_release(ep);
+		post_count(ep, kind, total);
 		after->posted = true;
 		return DAT_SUCCESS;
 	}
@@ -709,11 +812,12 @@ POST_INLINE DAT_RETURN post_locked(struct dfi_ep *ep, DAT_COUNT nseg, DAT_LMR_TR
 	if (kind == POST_SEND && d->suppress && total <= ep->inject_max &&
 	    dfi_post_inject(ep->fep, sg, n) == 0) {
 		dto_put(pool, i);
+		post_count(ep, kind, total);
 		after->posted = true;
 		return DAT_SUCCESS;
 	}
 	rc = post_to_fabric(ep, kind, sg, n, remote ? remote->virtual_address : 0,
-			    remote ? remote->rmr_context : 0, d);
+			    remote ? remote->rmr_context : 0, imm, d);
 	if (rc) {
 		dto_put(pool, i);
 		if (rc == -EAGAIN)
@@ -722,6 +826,7 @@ POST_INLINE DAT_RETURN post_locked(struct dfi_ep *ep, DAT_COUNT nseg, DAT_LMR_TR
 		dfi_warn(DFI_SS_EP, "EP %p: post failed: %s", (void *)ep, strerror(-rc));
 		return DFI_ERR(DAT_INTERNAL_ERROR, 0);
 	}
+	post_count(ep, kind, total);
 	after->posted = true;
 	return DAT_SUCCESS;
 }
@@ -730,7 +835,7 @@ POST_INLINE DAT_RETURN post_locked(struct dfi_ep *ep, DAT_COUNT nseg, DAT_LMR_TR
  * parallel, also with the CM (struct dfi_ep). */
 POST_INLINE DAT_RETURN post(DAT_EP_HANDLE h, DAT_COUNT nseg, DAT_LMR_TRIPLET *iov,
 			    DAT_DTO_COOKIE cookie, const DAT_RMR_TRIPLET *remote,
-			    DAT_COMPLETION_FLAGS flags, enum post_kind kind)
+			    DAT_COMPLETION_FLAGS flags, enum post_kind kind, uint32_t imm)
 {
 	struct dfi_ep *ep = dfi_obj_get(h, DFI_T_EP);
 	struct post_after after;
@@ -742,7 +847,7 @@ POST_INLINE DAT_RETURN post(DAT_EP_HANDLE h, DAT_COUNT nseg, DAT_LMR_TRIPLET *io
 	after.posted = after.flushed = false;
 	after.evd = NULL;
 	pthread_mutex_lock(&ep->post_lock);
-	rc = post_locked(ep, nseg, iov, cookie, remote, flags, kind, &after);
+	rc = post_locked(ep, nseg, iov, cookie, remote, flags, kind, imm, &after);
 	pthread_mutex_unlock(&ep->post_lock);
 	if (after.evd)
 		dfi_evq_posting(&after.evd->q, false);
@@ -763,25 +868,123 @@ POST_INLINE DAT_RETURN post(DAT_EP_HANDLE h, DAT_COUNT nseg, DAT_LMR_TRIPLET *io
 DFI_HOT DAT_RETURN dfi_ep_post_send(DAT_EP_HANDLE ep, DAT_COUNT n, DAT_LMR_TRIPLET *iov,
 				    DAT_DTO_COOKIE cookie, DAT_COMPLETION_FLAGS flags)
 {
-	return post(ep, n, iov, cookie, NULL, flags, POST_SEND);
+	return post(ep, n, iov, cookie, NULL, flags, POST_SEND, 0);
 }
 
 DFI_HOT DAT_RETURN dfi_ep_post_recv(DAT_EP_HANDLE ep, DAT_COUNT n, DAT_LMR_TRIPLET *iov,
 				    DAT_DTO_COOKIE cookie, DAT_COMPLETION_FLAGS flags)
 {
-	return post(ep, n, iov, cookie, NULL, flags, POST_RECV);
+	return post(ep, n, iov, cookie, NULL, flags, POST_RECV, 0);
 }
 
 DFI_HOT DAT_RETURN dfi_ep_post_rdma_write(DAT_EP_HANDLE ep, DAT_COUNT n, DAT_LMR_TRIPLET *iov,
 					  DAT_DTO_COOKIE cookie, const DAT_RMR_TRIPLET *r,
 					  DAT_COMPLETION_FLAGS flags)
 {
-	return post(ep, n, iov, cookie, r, flags, POST_WRITE);
+	return post(ep, n, iov, cookie, r, flags, POST_WRITE, 0);
 }
 
 DFI_HOT DAT_RETURN dfi_ep_post_rdma_read(DAT_EP_HANDLE ep, DAT_COUNT n, DAT_LMR_TRIPLET *iov,
 					 DAT_DTO_COOKIE cookie, const DAT_RMR_TRIPLET *r,
 					 DAT_COMPLETION_FLAGS flags)
 {
-	return post(ep, n, iov, cookie, r, flags, POST_READ);
+	return post(ep, n, iov, cookie, r, flags, POST_READ, 0);
+}
+
+/* dat_ib_post_rdma_write_immed (ib.c checked the IA can). */
+DAT_RETURN dfi_ep_post_rdma_write_immed(DAT_EP_HANDLE ep, DAT_COUNT n, DAT_LMR_TRIPLET *iov,
+					DAT_DTO_COOKIE cookie, const DAT_RMR_TRIPLET *r,
+					DAT_UINT32 imm, DAT_COMPLETION_FLAGS flags)
+{
+	return post(ep, n, iov, cookie, r, flags, POST_WRITE_IMM, imm);
+}
+
+/* Native atomics (docs/ib-extension.md): one 8-byte operation, its old
+ * value into the consumer's LMR segment, its operands kept in the request
+ * queue's slot until the completion.  On a connected EP only, after any
+ * requests a fence holds (they would be overtaken). */
+DAT_RETURN dfi_ep_post_atomic(DAT_EP_HANDLE h, bool cswap, DAT_UINT64 compare, DAT_UINT64 value,
+			      const DAT_LMR_TRIPLET *l, DAT_DTO_COOKIE cookie,
+			      const DAT_RMR_TRIPLET *r, DAT_COMPLETION_FLAGS flags)
+{
+	struct dfi_ep *ep = dfi_obj_get(h, DFI_T_EP);
+	struct dfi_dto_pool *pool;
+	struct dfi_dto *d;
+	DAT_RETURN rc = DAT_SUCCESS;
+	int i, err;
+
+	if (!ep)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EP),
+				  "%p is not an EP handle", (void *)h);
+	if (!l)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER,
+					  cswap ? DAT_INVALID_ARG4 : DAT_INVALID_ARG3),
+				  "EP %p: atomic: local segment is NULL", (void *)ep);
+	if (!r)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER,
+					  cswap ? DAT_INVALID_ARG6 : DAT_INVALID_ARG5),
+				  "EP %p: atomic: remote RMR triplet is NULL", (void *)ep);
+	if (l->segment_length < 8 || (l->virtual_address & 7))
+		return DFI_REJECT(DFI_ERR(DAT_LENGTH_ERROR, 0),
+				  "EP %p: atomic: the local segment (%llu bytes at 0x%llx) must hold "
+				  "8 aligned bytes", (void *)ep, (unsigned long long)l->segment_length,
+				  (unsigned long long)l->virtual_address);
+	if (r->virtual_address & 7)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER,
+					  cswap ? DAT_INVALID_ARG6 : DAT_INVALID_ARG5),
+				  "EP %p: atomic: remote address 0x%llx is not 8-byte aligned",
+				  (void *)ep, (unsigned long long)r->virtual_address);
+	pthread_mutex_lock(&ep->post_lock);
+	pool = ep->sendq;
+	if (!ep->fep || ep->state != DAT_EP_STATE_CONNECTED) {
+		rc = DFI_REJECT(DFI_ERR(DAT_INVALID_STATE, DAT_INVALID_STATE_EP_NOTREADY),
+				"EP %p: atomic: not connected", (void *)ep);
+		goto out;
+	}
+	if (ep->held) {
+		rc = DFI_REJECT(DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_TEP),
+				"EP %p: atomic: requests are held behind a fence", (void *)ep);
+		goto out;
+	}
+	if (!pool->atom && !(pool->atom = calloc((size_t)pool->n, sizeof(*pool->atom)))) {
+		rc = DFI_REJECT(DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_MEMORY),
+				"EP %p: atomic: no memory for the operands", (void *)ep);
+		goto out;
+	}
+	i = dto_get(pool);
+	if (i < 0) {
+		rc = DFI_REJECT(DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_TEP),
+				"EP %p: request queue full (%d)", (void *)ep, pool->n);
+		goto out;
+	}
+	d = &pool->d[i];
+	d->ep = ep;
+	d->cookie = cookie;
+	d->len = 8;
+	d->op = (DAT_DTOS)(cswap ? DAT_IB_DTO_CMP_SWAP : DAT_IB_DTO_FETCH_ADD);
+	d->suppress = (flags & DAT_COMPLETION_SUPPRESS_FLAG) ||
+		      ((flags & DAT_COMPLETION_UNSIGNALLED_FLAG) &&
+		       (ep->attr.request_completion_flags & DAT_COMPLETION_UNSIGNALLED_FLAG));
+	pool->atom[i][0] = value;
+	pool->atom[i][1] = compare;
+	err = dfi_post_atomic(ep->fep, cswap ? DFI_ATOMIC_CSWAP : DFI_ATOMIC_FADD,
+			      &pool->atom[i][0], &pool->atom[i][1],
+			      (uint64_t *)(uintptr_t)l->virtual_address, NULL, r->virtual_address,
+			      r->rmr_context, d);
+	if (err) {
+		dto_put(pool, i);
+		if (err == -EAGAIN)
+			rc = DFI_REJECT(DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_TEP),
+					"EP %p: libfabric queue full", (void *)ep);
+		else
+			rc = DFI_REJECT(DFI_ERR(DAT_INTERNAL_ERROR, 0), "EP %p: atomic: %s",
+					(void *)ep, strerror(-err));
+		goto out;
+	}
+	dfi_cnt_add_1w(&ep->cnt[cswap ? DCNT_EP_POST_CMP_SWAP : DCNT_EP_POST_FETCH_ADD], 1);
+out:
+	pthread_mutex_unlock(&ep->post_lock);
+	if (rc == DAT_SUCCESS && ep->req_evd)
+		dfi_evq_touch(&ep->req_evd->q);
+	return rc;
 }

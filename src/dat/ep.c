@@ -24,6 +24,10 @@ static DAT_RETURN ep_attr_resolve(struct dfi_ia *ia, const DAT_EP_ATTR *in, DAT_
 	memset(a, 0, sizeof(*a));
 	if (in)
 		*a = *in;
+	if (a->service_type == (DAT_SERVICE_TYPE)DAT_IB_SERVICE_TYPE_UD)
+		return DFI_REJECT(DFI_ERR(DAT_NOT_IMPLEMENTED, 0),
+				  "EP service type DAT_IB_SERVICE_TYPE_UD: the IB extension's UD "
+				  "endpoints are not implemented (dapl-ofi(7))");
 	if (a->service_type != DAT_SERVICE_TYPE_RC)
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG6),
 				  "EP service type %d: only DAT_SERVICE_TYPE_RC", (int)a->service_type);

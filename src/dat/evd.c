@@ -186,8 +186,12 @@ DFI_HOT DAT_RETURN dfi_evd_wait(DAT_EVD_HANDLE h, DAT_TIMEOUT timeout, DAT_COUNT
 {
 	struct dfi_evd *evd;
 
+	DAT_RETURN rc;
+
 	EVD_OR_REJECT(evd, h);
-	return dfi_evq_wait(&evd->q, timeout, threshold, event, nmore);
+	dfi_cnt_add_1w(&evd->cnt[DCNT_EVD_WAIT], 1);
+	rc = dfi_evq_wait(&evd->q, timeout, threshold, event, nmore);
+	return rc;
 }
 
 DAT_RETURN dfi_evd_resize(DAT_EVD_HANDLE h, DAT_COUNT qlen)
@@ -238,6 +242,9 @@ DFI_HOT DAT_RETURN dfi_evd_dequeue(DAT_EVD_HANDLE h, DAT_EVENT *event)
 		if (rc == DFI_QUEUE_EMPTY && dfi_cm_pull(ia) > 0)
 			rc = dfi_evq_dequeue(&evd->q, event);
 	}
+	dfi_cnt_add_1w(&evd->cnt[DCNT_EVD_DEQUEUE], 1);
+	dfi_cnt_add_1w(&evd->cnt[rc == DAT_SUCCESS ? DCNT_EVD_DEQUEUE_FOUND :
+				 DCNT_EVD_DEQUEUE_NOT_FOUND], 1);
 	return rc;
 }
 

@@ -10,6 +10,24 @@ static pthread_mutex_t q_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct dfi_obj **q_ring;		/* freed objects, oldest first */
 static size_t q_cap, q_head, q_len;
 
+/* The IB extension's IA counters of objects made and freed (ib.c): the
+ * index of type's create counter (its free counter is the next one but for
+ * PSPs, whose create_any comes between), or -1. */
+static int obj_counter(uint32_t type)
+{
+	switch (type) {
+	case DFI_T_PZ: return DCNT_IA_PZ_CREATE;
+	case DFI_T_LMR: return DCNT_IA_LMR_CREATE;
+	case DFI_T_RMR: return DCNT_IA_RMR_CREATE;
+	case DFI_T_PSP: return DCNT_IA_PSP_CREATE;
+	case DFI_T_RSP: return DCNT_IA_RSP_CREATE;
+	case DFI_T_EVD: return DCNT_IA_EVD_CREATE;
+	case DFI_T_EP: return DCNT_IA_EP_CREATE;
+	case DFI_T_SRQ: return DCNT_IA_SRQ_CREATE;
+	default: return -1;
+	}
+}
+
 void *dfi_obj_new(struct dfi_ia *ia, enum dfi_type type, size_t size)
 {
 	struct dfi_obj *o = dfi_arena_calloc(size);
@@ -27,6 +45,8 @@ void *dfi_obj_new(struct dfi_ia *ia, enum dfi_type type, size_t size)
 		ia->objs.next->prev = o;
 		ia->objs.next = o;
 		pthread_mutex_unlock(&ia->lock);
+		if (obj_counter(type) >= 0)
+			dfi_cnt_add(&ia->cnt[obj_counter(type)], 1);
 	}
 	return o;
 }
@@ -48,6 +68,9 @@ void dfi_obj_retire(void *obj)
 {
 	struct dfi_obj *o = obj, *victim = NULL;
 
+	if (o->ia && obj_counter(o->type) >= 0)
+		dfi_cnt_add(&o->ia->cnt[obj_counter(o->type) +
+					(o->type == DFI_T_PSP ? 2 : 1)], 1);
 	dfi_obj_unlink(o);
 	/* Poison: keep the provider pointer (the registry dispatches through
 	 * it) and the size; everything else is garbage from now on. */

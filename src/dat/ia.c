@@ -121,7 +121,21 @@ DAT_RETURN dfi_ia_open(const DAT_NAME_PTR name, DAT_COUNT async_qlen,
 	ia->prov_attr[0] = (DAT_NAMED_ATTR){ DAPL_OFI_ATTR_MTU, p->mtu_str };
 	ia->prov_attr[1] = (DAT_NAMED_ATTR){ DAPL_OFI_ATTR_RDMA_READ, p->cfg.rdma_read ? "TRUE" : "FALSE" };
 	ia->prov_attr[2] = (DAT_NAMED_ATTR){ DAPL_OFI_ATTR_FABRIC, p->cfg.prov_name };
-	ia->n_prov_attr = 3;
+	/* the IB extension's: "TRUE" where served, absent where not (dtestx
+	 * skips the atomics then); and the upcall extension's own mark, which
+	 * does not depend on extension_supported */
+	ia->prov_attr[3] = (DAT_NAMED_ATTR){ DAT_IB_ATTR_IMMED_DATA,
+		dfi_fabric_limits(ia->fab)->cq_data_size >= 8 ? "TRUE" : "FALSE" };
+	ia->prov_attr[4] = (DAT_NAMED_ATTR){ DAT_IB_ATTR_COUNTERS, "TRUE" };
+	ia->prov_attr[5] = (DAT_NAMED_ATTR){ DAT_OFI_ATTR_UPCALL,
+					     DAT_OFI_ATTR_UPCALL_VERSION_STR };
+	ia->n_prov_attr = 6;
+	if (dfi_fabric_limits(ia->fab)->atomic) {	/* native only: absent on tcp */
+		ia->prov_attr[ia->n_prov_attr++] =
+			(DAT_NAMED_ATTR){ DAT_IB_ATTR_FETCH_AND_ADD, "TRUE" };
+		ia->prov_attr[ia->n_prov_attr++] =
+			(DAT_NAMED_ATTR){ DAT_IB_ATTR_CMP_AND_SWAP, "TRUE" };
+	}
 
 	*async_evd = ia->async_evd;
 	*ia_out = ia;
@@ -182,8 +196,15 @@ static void fill_ia_attr(struct dfi_ia *ia, DAT_IA_ATTR *a)
 	a->max_rdma_read_per_ep_in_guaranteed = DAT_TRUE;
 	a->max_rdma_read_per_ep_out_guaranteed = DAT_TRUE;
 	a->zb_supported = DAT_FALSE;
-	a->extension_supported = DAT_OFI_EXTENSION;	/* kDAT upcalls (evd.c) */
-	a->extension_version = DAT_OFI_EXTENSION_VERSION;
+	/* Both extensions are served either way (provider.c); ext=ofi keeps
+	 * what programs built before the IB extension look for. */
+	if (ia->prov->cfg.ext_ofi) {
+		a->extension_supported = DAT_OFI_EXTENSION;
+		a->extension_version = DAT_OFI_EXTENSION_VERSION;
+	} else {
+		a->extension_supported = DAT_EXTENSION_IB;
+		a->extension_version = DAT_IB_EXTENSION_VERSION;
+	}
 	a->num_transport_attr = 0;
 	a->transport_attr = NULL;
 	a->num_vendor_attr = 0;

@@ -13,8 +13,10 @@
 static pthread_mutex_t prov_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct dfi_provider *prov_list;
 
-/* dat_extension_op: the DAT_OFI_* ops of <dat2/dat_ofi_extensions.h>.  The
- * IB extension's ops (dtestx, dat_ib_open_query by IA name) are not ours. */
+/* dat_extension_op: the IB extension's ops (<dat2/dat_ib_extensions.h>,
+ * ib.c: 0..0x1d, 0x1000, 0x2000) and the DAT_OFI_* ops of
+ * <dat2/dat_ofi_extensions.h> (0x4f46xxxx), both whatever the IA reports
+ * as extension_supported (ia_params ext=). */
 static DAT_RETURN dfi_extendedop(DAT_HANDLE h, DAT_EXTENDED_OP op, va_list args)
 {
 	switch (op) {
@@ -31,9 +33,10 @@ static DAT_RETURN dfi_extendedop(DAT_HANDLE h, DAT_EXTENDED_OP op, va_list args)
 		return rc;
 	}
 	default:
-		dfi_reject(DFI_SS_API, "extension op 0x%x on handle %p: not a dapl-ofi "
-			   "extension (the IB extension is not implemented)", (unsigned)op,
-			   (void *)h);
+		if (dfi_ib_op(op))
+			return dfi_ib_extension(h, op, args);
+		dfi_reject(DFI_SS_API, "extension op 0x%x on handle %p: neither an IB "
+			   "extension op nor a dapl-ofi one", (unsigned)op, (void *)h);
 		return DFI_ERR(DAT_NOT_IMPLEMENTED, 0);
 	}
 }
@@ -195,7 +198,8 @@ void dat_provider_fini(const DAT_PROVIDER_INFO *info)
 		dfi_quarantine_flush();
 }
 
-/* Looked up by libdat2 when it loads a provider; we have no IB extension. */
+/* Looked up by libdat2 when it loads a provider (its presence only spares
+ * a debug line; the extension ops come through handle_extendedop_func). */
 void dapl_extensions(void)
 {
 }

@@ -485,6 +485,8 @@ static int rcq_read(struct dfi_ep *ep, struct todo *t)
 			d->ep = ep;
 			d->len = c[i].len;
 			d->err = c[i].err;
+			d->imm = c[i].imm && !c[i].err;
+			d->data = c[i].data;
 			srq->posted--;
 			if (srq->lw_armed && srq->posted < srq->low_watermark) {
 				srq->lw_armed = false;	/* once per dat_srq_set_lw */
@@ -726,6 +728,19 @@ int dfi_srq_take_staged(struct dfi_evd *evd, DAT_EVENT *ev, int max)
 		e->status = dfi_dto_status(d->err);
 		e->operation = DAT_DTO_RECEIVE;
 		e->transfered_length = (DAT_SEG_LENGTH)d->len;
+		if (d->imm) {
+			/* an RDMA write with immediate data took it (dto.c) */
+			DAT_IB_EXTENSION_EVENT_DATA *x =
+				(DAT_IB_EXTENSION_EVENT_DATA *)ev[out].event_extension_data;
+
+			ev[out].event_number = (DAT_EVENT_NUMBER)DAT_IB_DTO_EVENT;
+			e->operation = (DAT_DTOS)DAT_IB_DTO_RECV_IMMED;
+			e->transfered_length = (DAT_SEG_LENGTH)(d->data >> 32);
+			x->type = DAT_IB_RDMA_WRITE_IMMED_DATA;
+			x->status = DAT_OP_SUCCESS;
+			x->val.immed.data = (DAT_UINT32)d->data;
+			x->context.as_64 = d->cookie.as_64;
+		}
 		if (d->err && d->err != ECANCELED)
 			dfi_dbg(DFI_SS_EP, "EP %p: SRQ receive (cookie 0x%llx) failed: %s",
 				(void *)d->ep, (unsigned long long)d->cookie.as_64,

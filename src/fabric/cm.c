@@ -620,7 +620,7 @@ static int mirror_fetch(struct dfi_cq *c, struct fi_wait_pollfd *w)
  * its poll-fd list that it queued (an EP's socket added or removed). */
 static void cq_apply_changes(struct dfi_cq *c)
 {
-	struct fi_cq_msg_entry none;
+	struct fi_cq_data_entry none;
 
 	(void)fi_cq_read(c->cq, &none, 0);
 }
@@ -782,7 +782,7 @@ static int cq_open_unspec(struct dfi_fabric *f, struct fi_cq_attr *attr, struct 
 
 int dfi_cq_open(struct dfi_fabric *f, size_t size, struct dfi_cq **out)
 {
-	struct fi_cq_attr attr = { .size = size, .format = FI_CQ_FORMAT_MSG };
+	struct fi_cq_attr attr = { .size = size, .format = FI_CQ_FORMAT_DATA };
 	const char *wait = dfi_param_str(DFI_P_CQ_WAIT);
 	struct dfi_cq *c = calloc(1, sizeof(*c));
 	int rc = -ENOTSUP;
@@ -829,14 +829,15 @@ void dfi_cq_close(struct dfi_cq *c)
 	free(c);
 }
 
-_Static_assert(sizeof(struct dfi_comp) == sizeof(struct fi_cq_msg_entry) &&
-	       offsetof(struct dfi_comp, ctx) == offsetof(struct fi_cq_msg_entry, op_context) &&
-	       offsetof(struct dfi_comp, err) == offsetof(struct fi_cq_msg_entry, flags) &&
-	       offsetof(struct dfi_comp, len) == offsetof(struct fi_cq_msg_entry, len),
-	       "fi_cq_read writes struct dfi_comp arrays as FI_CQ_FORMAT_MSG");
+_Static_assert(sizeof(struct dfi_comp) == sizeof(struct fi_cq_data_entry) &&
+	       offsetof(struct dfi_comp, ctx) == offsetof(struct fi_cq_data_entry, op_context) &&
+	       offsetof(struct dfi_comp, err) == offsetof(struct fi_cq_data_entry, flags) &&
+	       offsetof(struct dfi_comp, len) == offsetof(struct fi_cq_data_entry, len) &&
+	       offsetof(struct dfi_comp, data) == offsetof(struct fi_cq_data_entry, data),
+	       "fi_cq_read writes struct dfi_comp arrays as FI_CQ_FORMAT_DATA");
 
-/* fi_cq_read writes straight into out (FI_CQ_FORMAT_MSG entries, see
- * struct dfi_comp), and each entry's flags word becomes err = 0: no copy,
+/* fi_cq_read writes straight into out (FI_CQ_FORMAT_DATA entries, see
+ * struct dfi_comp), and each entry's flags word becomes err = 0 and imm: no copy,
  * and no 1.5 KiB bounce buffer on the stack, a page more for the
  * completion path to touch after the read's system calls. */
 DFI_HOT int dfi_cq_read(struct dfi_cq *c, struct dfi_comp *out, int n)
@@ -858,15 +859,18 @@ DFI_HOT int dfi_cq_read(struct dfi_cq *c, struct dfi_comp *out, int n)
 			out[got].ctx = err.op_context;
 			out[got].len = err.len;
 			out[got].err = err.err ? err.err : EIO;
-			out[got].pad_ = 0;
+			out[got].imm = 0;
 			got++;
 			continue;
 		}
 		if (r < 0)
 			return got ? got : (int)r;
 		for (ssize_t i = 0; i < r; i++) {
+			uint64_t flags;
+
+			memcpy(&flags, &out[got].err, sizeof(flags));
 			out[got].err = 0;
-			out[got].pad_ = 0;
+			out[got].imm = (flags & FI_REMOTE_CQ_DATA) != 0;
 			got++;
 		}
 		if (r < want)
@@ -1118,6 +1122,24 @@ DFI_HOT int dfi_post_write(struct dfi_fep *e, const struct dfi_sge *sg, int n, u
 			   uint32_t rkey, void *ctx)
 {
 	return rma(e, sg, n, raddr, rkey, ctx, true);
+}
+
+int dfi_post_atomic(struct dfi_fep *e, enum dfi_atomic_op op, const uint64_t *operand,
+		    const uint64_t *compare, uint64_t *result, struct dfi_mr *result_mr,
+		    uint64_t raddr, uint32_t rkey, void *ctx)
+{
+	void *rdesc = result_mr ? fi_mr_desc(result_mr->mr) : NULL;
+
+	if (op == DFI_ATOMIC_FADD)
+		return post_rc(fi_fetch_atomic(e->ep, operand, 1, NULL, result, rdesc, 0, raddr,
+					       rkey, FI_UINT64, FI_SUM, ctx));
+	return post_rc(fi_compare_atomic(e->ep, operand, 1, NULL, compare, NULL, result, rdesc,
+					 0, raddr, rkey, FI_UINT64, FI_CSWAP, ctx));
+}
+
+int dfi_post_senddata(struct dfi_fep *e, uint64_t data, void *ctx)
+{
+	return post_rc(fi_senddata(e->ep, NULL, 0, NULL, data, 0, ctx));
 }
 
 DFI_HOT int dfi_post_read(struct dfi_fep *e, const struct dfi_sge *sg, int n, uint64_t raddr,

@@ -112,14 +112,21 @@ static int get_info(const char *prov, const struct sockaddr_in *addr, const char
 		return -FI_ENOMEM;
 	}
 	inet_ntop(AF_INET, &addr->sin_addr, node, sizeof(node));
-	/* Ask for deep queues; take what the provider grants otherwise. */
-	hints->tx_attr->size = 1024;
-	hints->rx_attr->size = 1024;
-	rc = fi_getinfo(DFI_FI_VERSION, node, NULL, FI_SOURCE, hints, out);
-	if (rc == -FI_ENODATA) {
-		hints->tx_attr->size = 0;
-		hints->rx_attr->size = 0;
+	/* Native atomics where the provider has them (the IB extension's
+	 * compare-and-swap and fetch-and-add): tcp and net 1.17 answer
+	 * ENODATA, and are asked again without.  Deep queues too; what the
+	 * provider grants otherwise. */
+	rc = -FI_ENODATA;
+	for (int atomic = 1; atomic >= 0 && rc == -FI_ENODATA; atomic--) {
+		hints->caps = atomic ? hints->caps | FI_ATOMIC : hints->caps & ~FI_ATOMIC;
+		hints->tx_attr->size = 1024;
+		hints->rx_attr->size = 1024;
 		rc = fi_getinfo(DFI_FI_VERSION, node, NULL, FI_SOURCE, hints, out);
+		if (rc == -FI_ENODATA) {
+			hints->tx_attr->size = 0;
+			hints->rx_attr->size = 0;
+			rc = fi_getinfo(DFI_FI_VERSION, node, NULL, FI_SOURCE, hints, out);
+		}
 	}
 	if (rc) {
 		*out = NULL;
@@ -147,6 +154,8 @@ static void fill_limits(const struct fi_info *i, struct dfi_fabric_limits *l)
 	l->rx_size = i->rx_attr->size;
 	l->max_msg_size = i->ep_attr->max_msg_size;
 	l->mr_key_size = i->domain_attr->mr_key_size;
+	l->cq_data_size = i->domain_attr->cq_data_size;
+	l->atomic = (i->caps & FI_ATOMIC) != 0;
 	l->inject_size = i->tx_attr->inject_size < DFI_INJECT_MAX ? i->tx_attr->inject_size :
 								      DFI_INJECT_MAX;
 	l->prov_major = FI_MAJOR(i->fabric_attr->prov_version);

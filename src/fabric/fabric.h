@@ -20,6 +20,8 @@ struct dfi_fabric_limits {
 	uint64_t max_msg_size;
 	size_t mr_key_size;
 	size_t inject_size;		/* dfi_post_inject's limit (0: none) */
+	size_t cq_data_size;		/* bytes of remote CQ data a post may carry */
+	bool atomic;			/* FI_ATOMIC: dfi_post_atomic works */
 	unsigned prov_major, prov_minor;	/* the libfabric provider's version */
 	unsigned fi_major, fi_minor;		/* libfabric's */
 	char prov_name[64];
@@ -112,14 +114,17 @@ int dfi_pep_reject(struct dfi_pep *pep, void *req, const void *pdata, size_t ple
  * the cheapest way to empty a CQ.  The EVD core asks for as many per fill
  * (DFI_EVQ_FILL_BATCH; checked in dto.c). */
 #define DFI_CQ_BATCH 64
-/* Laid out as libfabric's struct fi_cq_msg_entry (context, flags, len:
- * checked in cm.c), so that fi_cq_read fills an array of these in place
- * and err takes the flags' word: no bounce buffer, no copy. */
+/* Laid out as libfabric's struct fi_cq_data_entry (context, flags, len,
+ * buf, data: checked in cm.c), so that fi_cq_read fills an array of these
+ * in place and err and imm take the flags' word: no bounce buffer, no
+ * copy. */
 struct dfi_comp {
 	void *ctx;		/* the posting's context */
 	int err;		/* 0 or positive errno (ECANCELED: flushed) */
-	int pad_;
+	uint32_t imm;		/* 1: a receive that carried remote CQ data */
 	size_t len;		/* bytes received (receives only) */
+	void *buf_;
+	uint64_t data;		/* the remote CQ data, if imm */
 };
 int dfi_cq_open(struct dfi_fabric *f, size_t size, struct dfi_cq **cq);
 void dfi_cq_close(struct dfi_cq *cq);
@@ -213,6 +218,18 @@ int dfi_post_recv(struct dfi_fep *fep, const struct dfi_sge *sg, int n, void *ct
 int dfi_srx_post_recv(struct dfi_srx *srx, const struct dfi_sge *sg, int n, void *ctx);
 int dfi_post_write(struct dfi_fep *fep, const struct dfi_sge *sg, int n, uint64_t raddr,
 		   uint32_t rkey, void *ctx);
+/* A message of no bytes carrying `data` as remote CQ data: it takes a
+ * posted receive at the peer, whose completion has imm set (only where
+ * the limits' cq_data_size is 8 or more). */
+int dfi_post_senddata(struct dfi_fep *fep, uint64_t data, void *ctx);
+/* A native 8-byte atomic at raddr/rkey (only where the limits say atomic):
+ * fetch-and-add of *operand, or compare-and-swap (*compare, then *operand
+ * as the new value); the old value lands in *result.  operand and compare
+ * must stay valid until the completion. */
+enum dfi_atomic_op { DFI_ATOMIC_FADD, DFI_ATOMIC_CSWAP };
+int dfi_post_atomic(struct dfi_fep *fep, enum dfi_atomic_op op, const uint64_t *operand,
+		    const uint64_t *compare, uint64_t *result, struct dfi_mr *result_mr,
+		    uint64_t raddr, uint32_t rkey, void *ctx);
 int dfi_post_read(struct dfi_fep *fep, const struct dfi_sge *sg, int n, uint64_t raddr,
 		  uint32_t rkey, void *ctx);
 

@@ -14,6 +14,7 @@
 #include <rdma/fi_eq.h>
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
+#include <rdma/fi_atomic.h>
 
 /* The largest send dfi_post_inject gathers on its stack (tcp's inject
  * size is 128 in libfabric 1.17). */

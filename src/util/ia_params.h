@@ -1,7 +1,10 @@
 /* The ia_params of a dapl-ofi dat.conf entry:
  *   "<libfabric provider> <netdev | IPv4 address | host name> [key=value ...]"
  * keys: mtu=<bytes> (DAT_IB_TRANSPORT_MTU), rdma_read=0|1 (DAT_IB_RDMA_READ),
- *       domain=<libfabric domain name>.
+ *       domain=<libfabric domain name>, ext=ib|ofi (what the IA reports as
+ *       extension_supported: DAT_EXTENSION_IB, the default, or the upcall
+ *       extension's DAT_OFI_EXTENSION for programs built before both were
+ *       served at once; both extensions' ops work either way).
  * One parser for the library (dat_provider_init) and daplofi-info. */
 #ifndef DFI_IA_PARAMS_H
 #define DFI_IA_PARAMS_H
@@ -26,6 +29,7 @@ struct dfi_config {
 	char domain[64];		/* optional libfabric domain name */
 	unsigned mtu;			/* exported as DAT_IB_TRANSPORT_MTU */
 	bool rdma_read;			/* exported as DAT_IB_RDMA_READ */
+	bool ext_ofi;			/* ext=ofi: report DAT_OFI_EXTENSION */
 	enum dfi_cfg_err err;		/* the first problem found */
 	char bad[128];			/* the word it is about, if any */
 	char error[256];		/* non-empty: ia_params did not parse */

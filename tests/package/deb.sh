@@ -261,10 +261,12 @@ int main(void)
 	if (dat_ia_open("ofi-lo", 8, &async, &ia) != DAT_SUCCESS ||
 	    dat_ia_query(ia, NULL, DAT_IA_ALL, &ia_attr, DAT_PROVIDER_FIELD_ALL, &pr_attr) != DAT_SUCCESS)
 		return 1;
-	printf("%s %s, extension %s\n", ia_attr.adapter_name, pr_attr.provider_name,
-	       ia_attr.extension_supported == DAT_OFI_EXTENSION ? "DAT_OFI_EXTENSION" : "none");
-	return dat_ia_close(ia, DAT_CLOSE_GRACEFUL_FLAG) != DAT_SUCCESS ||
-	       ia_attr.extension_supported != DAT_OFI_EXTENSION;
+	printf("%s %s, extension %s%s\n", ia_attr.adapter_name, pr_attr.provider_name,
+	       ia_attr.extension_supported == DAT_EXTENSION_IB ? "DAT_EXTENSION_IB" : "none",
+	       dat_ofi_upcall_supported(ia, 1) ? " and the upcall extension" : "");
+	return !dat_ofi_upcall_supported(ia, 1) ||
+	       dat_ia_close(ia, DAT_CLOSE_GRACEFUL_FLAG) != DAT_SUCCESS ||
+	       ia_attr.extension_supported != DAT_EXTENSION_IB;
 }
 EOF
 # shellcheck disable=SC2046

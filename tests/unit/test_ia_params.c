@@ -28,6 +28,14 @@ static void test_good(void **state)
 	assert_string_equal(c.domain, "");
 	assert_int_equal(c.mtu, 2048);
 	assert_false(c.rdma_read);
+	assert_false(c.ext_ofi);	/* the IA reports DAT_EXTENSION_IB */
+
+	dfi_ia_params_parse("tcp lo ext=ofi", &c);
+	assert_int_equal(c.err, DFI_CFG_OK);
+	assert_true(c.ext_ofi);
+	dfi_ia_params_parse("tcp lo ext=ib", &c);
+	assert_int_equal(c.err, DFI_CFG_OK);
+	assert_false(c.ext_ofi);
 
 	dfi_ia_params_parse("net\t127.0.0.1  mtu=4096 rdma_read=1 domain=lo", &c);
 	assert_int_equal(c.err, DFI_CFG_OK);
@@ -63,6 +71,8 @@ static void test_bad(void **state)
 	expect("tcp lo frobnicate=1", DFI_CFG_KEY, "frobnicate");
 	expect("tcp lo mtu=100", DFI_CFG_VALUE, "mtu");
 	expect("tcp lo rdma_read=2", DFI_CFG_VALUE, "rdma_read");
+	expect("tcp lo ext=iw", DFI_CFG_VALUE, "ext");
+	expect("tcp lo ext=", DFI_CFG_VALUE, "ext");
 	expect("tcp lo extra", DFI_CFG_WORD, "extra");
 	/* the first problem is the one reported */
 	expect("tcp lo bogus=1 mtu=1", DFI_CFG_KEY, "bogus");
