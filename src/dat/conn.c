@@ -995,6 +995,11 @@ static void translate(struct dfi_ia *ia, struct dfi_cm_event *e, struct cm_post 
 	ep = dfi_obj_get(o, DFI_T_EP);
 	if (!ep)
 		return;		/* an endpoint already closed */
+	/* An event of an endpoint closed since (libfabric 1.17 tcp leaves
+	 * them queued): the EP is being reset or freed, and that connection
+	 * is over. */
+	if (!ep->fep)
+		return;
 	switch (e->type) {
 	case DFI_CM_CONNECTED:
 		if (ep->state == DAT_EP_STATE_DISCONNECTED)
