@@ -14,14 +14,21 @@ DESTDIR     ?=
 
 CC          ?= gcc
 B           ?= build
-# SAN=asan (AddressSanitizer + UBSan) or SAN=tsan (ThreadSanitizer)
+# SAN=asan (AddressSanitizer + UBSan) or SAN=tsan (ThreadSanitizer); SAN=fuzz
+# (clang only: ASan + UBSan + libFuzzer's coverage) is make fuzz's variant
 SAN         ?=
 
 WARN   := -Wall -Wextra -Wmissing-prototypes -Wshadow -Wformat=2 -Werror
 CFLAGS ?= -O2 -g
 SAN_FLAGS_asan := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 SAN_FLAGS_tsan := -fsanitize=thread -fno-omit-frame-pointer
+SAN_FLAGS_fuzz := -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined \
+	-fno-omit-frame-pointer
 SAN_FLAGS := $(SAN_FLAGS_$(SAN))
+# The library's sanitizer runtime comes with the program that loads it: in
+# the fuzz variant the fuzz target, which clang links with that runtime
+# statically and exports (so the library must leave those symbols undefined).
+LIB_UNDEF := $(if $(filter fuzz,$(SAN)),,-Wl,--no-undefined)
 
 FABRIC_CFLAGS := $(shell pkg-config --cflags libfabric 2>/dev/null)
 FABRIC_LIBS   := $(shell pkg-config --libs libfabric 2>/dev/null || echo -lfabric)
@@ -62,7 +69,8 @@ DATCONF   := $(B)/dat.conf
 # tests/hosts/faults.sh's DAT program, run on the test hosts
 FAULTPEER := $(B)/tests/fault_peer
 
-.PHONY: all lib tools examples tests check demo bench bench-smoke install uninstall clean deps help model deb
+.PHONY: all lib tools examples tests check demo bench bench-smoke install uninstall clean deps help model deb \
+	fuzz fuzz-build
 .DEFAULT_GOAL := all
 
 all: lib tools examples $(FIRAW) $(PAGEWALK) $(DATCONF) $(B)/dapl-ofi.pc
@@ -80,7 +88,7 @@ $(B)/obj/%.o: %.c
 # that exit()s, may still run on the provider's code.
 $(LIB): $(call obj,$(LIB_SRCS)) src/dat/libdaplofi.map
 	$(CC) -shared -Wl,-soname,$(SONAME) -Wl,--version-script=src/dat/libdaplofi.map \
-	      -Wl,--no-undefined -Wl,-z,nodelete -o $@ $(call obj,$(LIB_SRCS)) $(ALL_LDFLAGS) -ldat2 $(FABRIC_LIBS)
+	      $(LIB_UNDEF) -Wl,-z,nodelete -o $@ $(call obj,$(LIB_SRCS)) $(ALL_LDFLAGS) -ldat2 $(FABRIC_LIBS)
 	ln -sf $(SONAME) $(B)/libdaplofi.so
 
 # daplofi-info shares the library's ia_params parser, address resolution and
@@ -130,6 +138,31 @@ $(B)/obj/tests/%.o: EXTRA_CFLAGS = $(CMOCKA_CFLAGS) -Wno-missing-prototypes
 # attribute that the unwinder runs: no setjmp on each sleep, which glibc's
 # fallback for code built without exceptions makes.
 $(B)/obj/src/event/evd_core.o $(B)/obj/src/event/cno_core.o: EXTRA_CFLAGS = -fexceptions
+
+# libFuzzer targets (tests/fuzz/README.md), built by clang in build/fuzz
+# (make fuzz-build; SAN=fuzz): fuzz_params links the parsers directly;
+# fuzz_api and fuzz_pdata go through the stock registry to the library
+# of the same build, whose coverage they export to (-rdynamic).
+FUZZ_SRCS := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_LINK  = $(CC) -fsanitize=fuzzer -o $@ $^ $(ALL_LDFLAGS) -rdynamic
+$(B)/obj/tests/fuzz/%.o: EXTRA_CFLAGS = -Wno-missing-prototypes
+$(B)/fuzz/fuzz_params: $(call obj,tests/fuzz/fuzz_params.c src/util/param.c src/util/ia_params.c)
+	@mkdir -p $(dir $@)
+	$(FUZZ_LINK) -ldat2 -ldl
+$(B)/fuzz/fuzz_api $(B)/fuzz/fuzz_pdata: $(B)/fuzz/%: $(B)/obj/tests/fuzz/%.o
+	@mkdir -p $(dir $@)
+	$(FUZZ_LINK) -ldat2
+
+# The fuzz variant's build (clang), then each target for FUZZ_SECONDS
+# (default 300) from its corpus in tests/fuzz/corpus/, new inputs kept
+# in build/fuzz/corpus/ (tests/fuzz/run.sh; it skips where clang's fuzzer
+# runtime is missing).  make check runs the same for 20 s each.
+FUZZ_SECONDS ?= 300
+fuzz-build:
+	@$(MAKE) --no-print-directory CC=clang B=build/fuzz SAN=fuzz lib build/fuzz/dat.conf \
+		$(patsubst tests/fuzz/%.c,build/fuzz/fuzz/%,$(FUZZ_SRCS))
+fuzz: deps
+	@FUZZ_SECONDS=$(FUZZ_SECONDS) tests/fuzz/run.sh
 
 # dat.conf for the build tree: entries point at the library just built.
 $(DATCONF): Makefile | $(LIB)
@@ -260,6 +293,7 @@ help:
 	@echo "make bench      dapl-ofi against raw libfabric: 5 alternating runs, medians, ratios, targets"
 	@echo "make bench-smoke  the same in seconds, tiny counts: fails only if a program misbehaves"
 	@echo "make model      check the Promela model of the upcall protocol with spin"
+	@echo "make fuzz       the libFuzzer targets (clang, ASan+UBSan, build/fuzz), FUZZ_SECONDS=300 each"
 	@echo "make install    PREFIX=$(PREFIX) DESTDIR=..."
 	@echo "make deb        Debian packages libdaplofi2, libdaplofi-dev, daplofi-utils in build/deb/"
 	@echo "make clean"

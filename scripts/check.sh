@@ -62,6 +62,23 @@ total_pass=$((total_pass + p)) total_fail=$((total_fail + f)) total_skip=$((tota
 printf '  package-deb %d passed, %d failed, %d skipped (exit %d), log: build/package-deb.log\n' \
 	"$p" "$f" "$s" "$rc"
 [ "$f" -eq 0 ] || grep -E '^not ok|^#   ' build/package-deb.log | head -40 | sed 's/^/      | /'
+# the libFuzzer targets (tests/fuzz/README.md) for 20 s each (make fuzz:
+# 300): clang's build in build/fuzz, then fuzz_params, fuzz_api and
+# fuzz_pdata from their corpus in the tree (about 90 s with the build).  A
+# crash, leak or hang fails with the path of its reproducer; without
+# clang's fuzzer runtime, or without a network namespace for the targets
+# that connect (not root, no user namespaces), they are skipped
+step "fuzz targets (tests/fuzz/run.sh: fuzz_params, fuzz_api, fuzz_pdata, ${CHECK_FUZZ_SECONDS:-20} s each)"
+FUZZ_SECONDS=${CHECK_FUZZ_SECONDS:-20} timeout --kill-after=30 900 tests/fuzz/run.sh \
+	> build/fuzz-check.log 2>&1
+rc=$?
+s=$(grep -cE '^ok [0-9]+.*# SKIP' build/fuzz-check.log)
+p=$(( $(grep -cE '^ok [0-9]+' build/fuzz-check.log) - s ))
+f=$(grep -cE '^not ok [0-9]+' build/fuzz-check.log)
+[ "$rc" -ne 0 ] && [ "$f" -eq 0 ] && f=1
+total_pass=$((total_pass + p)) total_fail=$((total_fail + f)) total_skip=$((total_skip + s))
+grep -E '^(not )?ok [0-9]+|^#' build/fuzz-check.log | sed 's/^/  /'
+[ "$f" -eq 0 ] || echo "  FUZZ FAILED (exit $rc): log build/fuzz-check.log; the reproducer is named above"
 rm -f "$out"
 echo "$total_pass passed, $total_fail failed, $total_skip skipped"
 [ "$total_fail" -eq 0 ]

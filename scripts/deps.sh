@@ -10,11 +10,13 @@
 # OPT_PKGS are wanted, not needed: gnuplot-nox draws bench/plot's pictures
 # (make bench, make demo; make check's bench-smoke draws one to test the
 # script).  Without it make demo prints its table only and bench/compare
-# skips its plots, each saying how to get them.
+# skips its plots, each saying how to get them.  libclang-rt-14-dev is
+# clang's libFuzzer runtime (make fuzz, and make check's fuzz step, which
+# skip their targets without it; clang only recommends it).
 set -e
 PKGS="make gcc clang pkg-config libdapl-dev dapl2-utils libfabric-dev libfabric-bin \
 libcmocka-dev spin valgrind iproute2 nftables procps cmake patch"
-OPT_PKGS="gnuplot-nox"
+OPT_PKGS="gnuplot-nox libclang-rt-14-dev"
 for set in "$@"; do
 	case $set in
 	deb) PKGS="$PKGS build-essential debhelper dpkg-dev" ;;
@@ -42,5 +44,6 @@ elif [ -n "$missing" ]; then
 	echo "dapl-ofi: run:  sudo apt-get install$missing$opt_missing" >&2
 	exit 1
 else
-	echo "dapl-ofi: no$opt_missing: no plots (sudo apt-get install$opt_missing)" >&2
+	echo "dapl-ofi: not installed:$opt_missing (gnuplot-nox: no plots; libclang-rt-14-dev:" \
+	     "no fuzz targets): sudo apt-get install$opt_missing" >&2
 fi

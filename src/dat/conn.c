@@ -854,6 +854,12 @@ void dfi_ep_close_fep(struct dfi_ep *ep)
 	fep = ep->fep;
 	ep->fep = NULL;
 	pthread_mutex_unlock(&ep->post_lock);
+	/* No attempt is left to time out: dfi_ep_destroy keeps the EP in
+	 * the IA's list until it retires it, and the progress thread's
+	 * dfi_connect_timeouts would otherwise find it still ACTIVE_
+	 * CONNECTION_PENDING there and shut down its NULL endpoint (found by
+	 * tests/fuzz/fuzz_api: dat_ep_free of an EP with a timed connect). */
+	ep->connect_deadline = 0;
 	if (fep) {
 		struct dfi_cq *cqs[EP_NCQS];
 
@@ -1051,6 +1057,11 @@ static void translate(struct dfi_ia *ia, struct dfi_cm_event *e, struct cm_post 
 	ep = dfi_obj_get(o, DFI_T_EP);
 	if (!ep)
 		return;		/* an endpoint already closed */
+	/* An event of an endpoint closed since (libfabric 1.17 tcp leaves
+	 * them queued): the EP is being reset or freed, and that connection
+	 * is over. */
+	if (!ep->fep)
+		return;
 	switch (e->type) {
 	case DFI_CM_CONNECTED:
 		if (ep->state == DAT_EP_STATE_DISCONNECTED)

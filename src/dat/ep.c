@@ -431,7 +431,13 @@ void dfi_ep_destroy(struct dfi_ep *ep)
 		ep->pz->refs--;
 	pthread_mutex_unlock(&ia->lock);
 	pthread_mutex_destroy(&ep->post_lock);
+	/* Under cm_lock: an event of its closed endpoint still in the EQ
+	 * leads translate (conn.c, under cm_lock) here, and it must find the
+	 * EP whole or retired, never being poisoned (fuzz_api: translate read
+	 * a half-poisoned EP and followed its 0xdb endpoint pointer). */
+	pthread_mutex_lock(&ia->cm_lock);
 	dfi_obj_retire(ep);
+	pthread_mutex_unlock(&ia->cm_lock);
 	ep_count_out(ia);
 	if (srq)
 		dfi_srq_release(srq);

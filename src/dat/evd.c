@@ -260,6 +260,26 @@ static void evd_release(struct dfi_evd *evd)
 	dfi_obj_retire(evd);
 }
 
+/* The connection requests still queued on an EVD being freed (FREEING:
+ * nothing posts to it any more): no consumer can reach them now, and each
+ * would keep its listener (a freed PSP stays for its CRs) and the IA busy,
+ * the peer's connect pending.  Refused, as when a CR EVD overflows. */
+static void evd_refuse_crs(struct dfi_evd *evd)
+{
+	for (uint32_t n = 0; n <= evd->q.qlen; n++) {
+		DAT_EVENT ev;
+		struct dfi_cr *cr;
+
+		if (dfi_evq_dequeue(&evd->q, &ev) != DAT_SUCCESS)
+			break;
+		if (ev.event_number != DAT_CONNECTION_REQUEST_EVENT)
+			continue;
+		cr = dfi_obj_get(ev.event_data.cr_arrival_event_data.cr_handle, DFI_T_CR);
+		if (cr)
+			dfi_cr_destroy(cr);
+	}
+}
+
 DAT_RETURN dfi_evd_free(DAT_EVD_HANDLE h)
 {
 	struct dfi_evd *evd;
@@ -279,6 +299,8 @@ DAT_RETURN dfi_evd_free(DAT_EVD_HANDLE h)
 			   "EPs or service points still feed it");
 		return rc;
 	}
+	if (evd->q.flags & DAT_EVD_CR_FLAG)
+		evd_refuse_crs(evd);
 	evd_release(evd);
 	return DAT_SUCCESS;
 }

@@ -3,8 +3,20 @@
 #include "util/arena.h"
 #include "util/param.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+
+#if defined(__SANITIZE_ADDRESS__)
+#define DFI_OBJ_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define DFI_OBJ_ASAN 1
+#endif
+#endif
+#ifdef DFI_OBJ_ASAN
+#include <sanitizer/asan_interface.h>
+#endif
 
 static pthread_mutex_t q_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct dfi_obj **q_ring;		/* freed objects, oldest first */
@@ -67,16 +79,24 @@ void dfi_obj_unlink(void *obj)
 void dfi_obj_retire(void *obj)
 {
 	struct dfi_obj *o = obj, *victim = NULL;
+	size_t size = o->size;
 
 	if (o->ia && obj_counter(o->type) >= 0)
 		dfi_cnt_add(&o->ia->cnt[obj_counter(o->type) +
 					(o->type == DFI_T_PSP ? 2 : 1)], 1);
 	dfi_obj_unlink(o);
 	/* Poison: keep the provider pointer (the registry dispatches through
-	 * it) and the size; everything else is garbage from now on. */
-	memset((char *)o + sizeof(DAT_PROVIDER *), 0xdb, o->size - sizeof(DAT_PROVIDER *));
+	 * it); everything else is garbage from now on. */
+	memset((char *)o + sizeof(DAT_PROVIDER *), 0xdb, size - sizeof(DAT_PROVIDER *));
 	o->type = DFI_T_DEAD;
 	o->size = 0;
+#ifdef DFI_OBJ_ASAN
+	/* Under ASan the rest is out of bounds as well: code that follows a
+	 * retired object past its tag is reported where it reads (the arena
+	 * opens the block again when it is reused). */
+	ASAN_POISON_MEMORY_REGION((char *)o + offsetof(struct dfi_obj, context),
+				  size - offsetof(struct dfi_obj, context));
+#endif
 
 	pthread_mutex_lock(&q_lock);
 	if (!q_ring) {

@@ -2090,6 +2090,40 @@ static void test_psp_free_keeps_pending_crs(void **state)
 	alarm(0);
 }
 
+/* A CR EVD freed with a connection request still queued, its PSP freed
+ * first: no consumer can reach that CR any more, so dat_evd_free refuses
+ * it on the wire (the client gets PEER_REJECTED) and the listener goes
+ * with it (its port can be listened on again).  Before, the CR stayed, and
+ * kept the freed PSP, its port and the IA busy (found by
+ * tests/fuzz/fuzz_api: dat_ia_close GRACEFUL refused at exit).  A CNO
+ * tells when the request is queued, without taking it out. */
+static void test_evd_free_refuses_queued_crs(void **state)
+{
+	struct pair *p = *state;
+	DAT_EVD_HANDLE evd, which;
+	DAT_CNO_HANDLE cno;
+	DAT_PSP_HANDLE psp, again;
+	DAT_CONN_QUAL port;
+	DAT_OS_WAIT_PROXY_AGENT none = { NULL, NULL };
+
+	watchdog(__func__, 60);
+	assert_ok(dat_cno_create(p->s.ia, none, &cno));
+	assert_ok(dat_evd_create(p->s.ia, 8, cno, DAT_EVD_CR_FLAG, &evd));
+	assert_ok(dat_psp_create_any(p->s.ia, &port, evd, DAT_PSP_CONSUMER_FLAG, &psp));
+	assert_ok(connect_to(p->c.ep, port, NULL, 0));
+	assert_ok(dat_cno_wait(cno, 5 * SEC, &which));	/* the request is queued */
+	assert_ptr_equal(which, evd);
+
+	assert_ok(dat_psp_free(psp));
+	assert_ok(dat_evd_free(evd));
+	expect_conn(p->c.conn, DAT_CONNECTION_EVENT_PEER_REJECTED, p->c.ep, 5000,
+		    "client (its CR's EVD freed)", NULL);
+	assert_ok(dat_psp_create(p->s.ia, port, p->s.cr, DAT_PSP_CONSUMER_FLAG, &again));
+	assert_ok(dat_psp_free(again));
+	assert_ok(dat_cno_free(cno));
+	alarm(0);
+}
+
 /* ================================= 6. EP freed with completions pending */
 
 static void test_ep_free_with_completions_pending(void **state)
@@ -4780,6 +4814,7 @@ int main(int argc, char **argv)
 		/* 6. EP freed with completions due */
 		TP(test_ep_free_with_completions_pending),
 		TP(test_psp_free_keeps_pending_crs),
+		TP(test_evd_free_refuses_queued_crs),
 		/* 7. RSP */
 		TP(test_rsp_accept_with_null_ep),
 		/* RMR (emulated) */
