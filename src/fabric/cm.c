@@ -268,7 +268,7 @@ void dfi_pep_close(struct dfi_pep *p)
 	size_t len = sizeof(me);
 	struct dfi_cm_event ev;
 	struct dfi_halfreq h[64];
-	int n, k, w;
+	int n, k, w, lfd;
 	bool tcp;
 
 	if (!p)
@@ -281,32 +281,33 @@ void dfi_pep_close(struct dfi_pep *p)
 	      FI_VERSION_LT(fi_version(), FI_VERSION(1, 18));
 	if (fi_getname(&p->pep->fid, &me, &len) || len != sizeof(me) || me.sin_family != AF_INET)
 		tcp = false;
-	for (k = 0; tcp && k < 4096 && eq_read_fi(q, &ev) > 0; k++) {
-		if (ev.type == DFI_CM_CONNREQ && ev.ctx == p->ctx) {
-			pep_refuse(p, ev.req);
-		} else if (!eq_stash(q, &ev)) {
-			dfi_err(DFI_SS_FABRIC, "no memory to keep a CM event: dropped");
-			if (ev.type == DFI_CM_CONNREQ)
-				fi_freeinfo(ev.req);
-		}
-	}
-	for (w = k = q->head; tcp && k < q->n; k++) {
-		if (q->stash[k].type == DFI_CM_CONNREQ && q->stash[k].ctx == p->ctx)
-			pep_refuse(p, q->stash[k].req);
-		else
-			q->stash[w++] = q->stash[k];
-	}
-	if (tcp && (q->n = w) == q->head)
-		q->head = q->n = 0;
-	atomic_store_explicit(&q->stashed, q->n - q->head, memory_order_relaxed);
-	fi_close(&p->pep->fid);
-	fi_freeinfo(p->info);
-	free(p);
-	/* more than h holds: the rest in another round */
+	/* First the listener stops taking connections, libfabric's pep
+	 * staying open: then every request it had accepted is settled while
+	 * the pep it points at is alive (a request libfabric reads now is
+	 * refused, one that cannot be read whole is reset), and nothing new
+	 * comes before fi_close.  Resetting after the close left a window: a
+	 * request read between the scan and the reset reached the freed pep. */
+	lfd = tcp ? dfi_halfreq_stop_listening(&me) : -1;
+	if (tcp && lfd < 0)
+		dfi_warn(DFI_SS_FABRIC, "listener on port %u not found among the sockets: "
+			 "requests it had accepted may outlive it", ntohs(me.sin_port));
 	for (int round = 0; tcp && round < 8; round++) {
-		n = dfi_halfreq_break(&me, h, (int)(sizeof(h) / sizeof(h[0])));
-		if (!n)
+		int refused = 0;
+
+		for (k = 0; k < 4096 && eq_read_fi(q, &ev) > 0; k++) {
+			if (ev.type == DFI_CM_CONNREQ && ev.ctx == p->ctx) {
+				pep_refuse(p, ev.req);
+				refused++;
+			} else if (!eq_stash(q, &ev)) {
+				dfi_err(DFI_SS_FABRIC, "no memory to keep a CM event: dropped");
+				if (ev.type == DFI_CM_CONNREQ)
+					fi_freeinfo(ev.req);
+			}
+		}
+		n = dfi_halfreq_break(&me, lfd, h, (int)(sizeof(h) / sizeof(h[0])));
+		if (!n && !refused)
 			break;
+		/* libfabric frees a reset request on its next look at it */
 		for (int pass = 0; pass < 16 && n; pass++) {
 			uint32_t event;
 			uint8_t buf[sizeof(struct fi_eq_cm_entry) + DFI_PDATA_MAX];
@@ -323,6 +324,18 @@ void dfi_pep_close(struct dfi_pep *p)
 			dfi_warn(DFI_SS_FABRIC, "%d request(s) half received on port %u outlived "
 				 "their listener", n, ntohs(me.sin_port));
 	}
+	for (w = k = q->head; tcp && k < q->n; k++) {
+		if (q->stash[k].type == DFI_CM_CONNREQ && q->stash[k].ctx == p->ctx)
+			pep_refuse(p, q->stash[k].req);
+		else
+			q->stash[w++] = q->stash[k];
+	}
+	if (tcp && (q->n = w) == q->head)
+		q->head = q->n = 0;
+	atomic_store_explicit(&q->stashed, q->n - q->head, memory_order_relaxed);
+	fi_close(&p->pep->fid);
+	fi_freeinfo(p->info);
+	free(p);
 }
 
 int dfi_pep_reject(struct dfi_pep *p, void *req, const void *pdata, size_t plen)

@@ -56,15 +56,21 @@ struct dfi_cq {
 };
 
 /* halfreq.c: the connections a tcp listener at `me` has accepted and not
- * read a request from, reset; up to max, recorded in h.  0 when none. */
+ * read a request from, reset (but skip_fd); up to max, recorded in h.  0
+ * when none. */
 struct dfi_halfreq {
 	int fd;
 	dev_t dev;
 	ino_t ino;
 };
-int dfi_halfreq_break(const struct sockaddr_in *me, struct dfi_halfreq *h, int max);
+int dfi_halfreq_break(const struct sockaddr_in *me, int skip_fd, struct dfi_halfreq *h, int max);
 /* h's socket is still open (libfabric has not closed it yet). */
 bool dfi_halfreq_open(const struct dfi_halfreq *h);
+/* The listening socket at `me` stops taking connections (its backlog is
+ * reset), its fd and libfabric's listener staying open: that fd (which
+ * dfi_halfreq_break must then skip: it no longer looks like a listener),
+ * or -ENOENT. */
+int dfi_halfreq_stop_listening(const struct sockaddr_in *me);
 
 /* Call visit(fd, arg) on each open descriptor of the process (but the
  * walk's own) until it returns true: that fd, -1 if none did, or -errno

@@ -71,6 +71,7 @@ static bool halfreq_is(int fd, const struct sockaddr_in *me)
 
 struct breaking {
 	const struct sockaddr_in *me;
+	int skip_fd;
 	struct dfi_halfreq *h;
 	int n, max;
 };
@@ -81,7 +82,8 @@ static bool break_one(int fd, void *arg)
 	struct breaking *b = arg;
 	struct stat st;
 
-	if (!halfreq_is(fd, b->me) || fstat(fd, &st) || connect(fd, &unspec, sizeof(unspec)))
+	if (fd == b->skip_fd || !halfreq_is(fd, b->me) || fstat(fd, &st) ||
+	    connect(fd, &unspec, sizeof(unspec)))
 		return false;
 	b->h[b->n].fd = fd;
 	b->h[b->n].dev = st.st_dev;
@@ -89,9 +91,9 @@ static bool break_one(int fd, void *arg)
 	return ++b->n == b->max;
 }
 
-int dfi_halfreq_break(const struct sockaddr_in *me, struct dfi_halfreq *h, int max)
+int dfi_halfreq_break(const struct sockaddr_in *me, int skip_fd, struct dfi_halfreq *h, int max)
 {
-	struct breaking b = { me, h, 0, max };
+	struct breaking b = { me, skip_fd, h, 0, max };
 	int rc;
 
 	if (max <= 0)
@@ -114,4 +116,31 @@ bool dfi_halfreq_open(const struct dfi_halfreq *h)
 	struct stat st;
 
 	return fstat(h->fd, &st) == 0 && st.st_dev == h->dev && st.st_ino == h->ino;
+}
+
+static bool is_listener(int fd, void *arg)
+{
+	const struct sockaddr_in *me = arg;
+	struct sockaddr_in a;
+	socklen_t len = sizeof(a);
+	int v = 0;
+
+	if (getsockname(fd, (struct sockaddr *)&a, &len) || len != sizeof(a) ||
+	    a.sin_family != AF_INET || a.sin_port != me->sin_port ||
+	    a.sin_addr.s_addr != me->sin_addr.s_addr)
+		return false;
+	len = sizeof(v);
+	return !getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &v, &len) && v;
+}
+
+/* shutdown(2) of a listening TCP socket stops it listening on Linux: the
+ * connections in its backlog are reset, a new one is refused, and the
+ * port may be bound again while the fd stays open. */
+int dfi_halfreq_stop_listening(const struct sockaddr_in *me)
+{
+	int fd = dfi_fd_walk(is_listener, (void *)me);
+
+	if (fd < 0 || shutdown(fd, SHUT_RD))
+		return -ENOENT;
+	return fd;
 }
