@@ -14,7 +14,11 @@
 #   SOAK_SECONDS=300 (the soak's length; a warm-up and the teardown add
 #   about 10 s), SOAK_SEED (the faults and the client's disconnects; printed,
 #   random by default), SOAK_CONNS=256, SOAK_ARGS (more options for both
-#   programs, see tests/hosts/soak.c), SOAK_KEEP=1 keeps the logs.
+#   programs, see tests/hosts/soak.c), SOAK_RSS_KB (how much RSS may grow,
+#   8192 KiB, see soak.c; a build with ASan gets 512 MiB: its allocator
+#   holds 256 MiB of freed memory in quarantine, and LeakSanitizer checks
+#   for leaks at exit instead), SOAK_KEEP=1 keeps the logs.
+# The test hosts load the library of $B (B=build/asan: the ASan one).
 # Prints TAP; "1..0 # SKIP" where the hosts cannot be made (not root, no nft).
 set -u
 B=${B:-build}
@@ -27,6 +31,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
 PROG=$PWD/$B/tests/soak
 [ -x "$PROG" ] || { echo "soak.sh: $PROG missing: run make tests" >&2; exit 2; }
+RSS_KB=${SOAK_RSS_KB:-8192}
+ldd "$PROG" | grep -q libasan && RSS_KB=${SOAK_RSS_KB:-524288}
 work=$(mktemp -d)
 pa="" pb=""
 cleanup() {
@@ -47,9 +53,9 @@ cd "$work" || exit 1
 
 now_ms() { date +%s%3N; }
 echo "# seed $SEED (SOAK_SEED=$SEED repeats these faults and the client's own disconnects)"
-echo "# $CONNS connections, $SECS s, peer timeout $T ms"
+echo "# $CONNS connections, $SECS s, peer timeout $T ms, RSS may grow by $RSS_KB KiB"
 RANDOM=$SEED
-args=(-n ofi-host -p $PORT -C "$CONNS" -t "$SECS" -S "$SEED" ${SOAK_ARGS:-})
+args=(-n ofi-host -p $PORT -C "$CONNS" -t "$SECS" -S "$SEED" -R "$RSS_KB" ${SOAK_ARGS:-})
 hosts_spawn b "$work/b.log" env DAPL_OFI_PEER_TIMEOUT_MS=$T "$PROG" -s "${args[@]}"
 pb=$HOSTS_PID
 for _ in $(seq 200); do grep -q '^phase 0' "$work/b.log" 2>/dev/null && break; sleep 0.05; done
