@@ -28,11 +28,14 @@
  * then the soak (-t seconds), torn down again and compared: the same open
  * files, RSS at most -R KiB above, no LMR or RMR left, and dat_ia_close()
  * with DAT_CLOSE_GRACEFUL_FLAG succeeds (it refuses while any object is
- * left).  The RSS bound, 8 MiB by default: dapl-ofi keeps the last
- * DAPL_OFI_QUARANTINE (4096) freed handles poisoned, which a soak of
- * thousands of connection lives fills (at most about 2.7 MiB of EPs), and
- * malloc keeps some of what was freed (measured: 0.2-0.3 MiB after 1500
- * lives with DAPL_OFI_QUARANTINE=0, 1.9-2.4 MiB after 4200 with 4096).  A phase ends with a BYE message on every connection, answered,
+ * left).  RSS is read after malloc_trim(), so that it counts what the
+ * process keeps, not what glibc caches (without it, one 300 s run grew
+ * 24 MiB with the heap in use back to its start); the heap in use is
+ * printed beside it.  The bound, 8 MiB by default: dapl-ofi keeps the
+ * last DAPL_OFI_QUARANTINE (4096) freed handles poisoned, which a soak of
+ * thousands of connection lives fills (at most about 2.7 MiB of EPs);
+ * measured after 300 s and about 3400 lives: RSS 1.7 MiB above the
+ * warm-up's, the heap in use within 2 KiB of it.  A phase ends with a BYE message on every connection, answered,
  * and the client's disconnect.  Lines the script reads:
  *
  *   phase <n> <ms>                   phase 0 (warm-up) or 1 (soak) begins
@@ -49,6 +52,7 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <inttypes.h>
+#include <malloc.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -106,6 +110,8 @@ struct conn {
 	bool disc_sent;			/* client: the BYE answered, disconnected */
 	bool stuck;
 	bool failed;			/* the connect did not establish */
+	int last_end;			/* how the last life ended (ev_names; 8: refused) */
+	bool was_reset;			/* its EP was reset, not created, since */
 	DAT_CR_HANDLE pending;		/* server: a request for this slot */
 	double pending_since;
 	uint64_t rq[16];		/* server: answers to send (echoed seqs) */
@@ -215,12 +221,23 @@ static int open_fds(void)
 	return n - 1;	/* opendir's own */
 }
 
+/* the heap in use (every arena's, and the large blocks mapped apart) */
+static long heap_kb(void)
+{
+	struct mallinfo2 m = mallinfo2();
+
+	return (long)((m.uordblks + m.hblkhd) / 1024);
+}
+
+/* RSS once malloc has given back what it holds free: what the process
+ * keeps, not what glibc caches */
 static long rss_kb(void)
 {
 	FILE *f = fopen("/proc/self/status", "r");
 	char line[256];
 	long kb = -1;
 
+	malloc_trim(0);
 	if (!f)
 		return -1;
 	while (fgets(line, sizeof(line), f))
@@ -287,15 +304,24 @@ static DAT_LMR_TRIPLET liov(int c, void *p, size_t len)
 				  .segment_length = (DAT_VLEN)len };
 }
 
+static const char *ev_names[9];
+
 static bool posted(struct conn *k, DAT_RETURN rc, const char *what)
 {
+	DAT_EP_STATE st = 0;
+
 	if (rc == DAT_SUCCESS) {
 		k->outstanding++;
 		return true;
 	}
 	/* an EP whose connection is going refuses: its event follows */
-	if (post_fail++ < 10)
-		printf("# post %s refused: %s\n", what, err(rc));
+	if (post_fail++ < 30) {
+		dat_ep_get_status(k->ep, &st, NULL, NULL);
+		printf("# conn %d life %u: post %s refused: %s (EP state %d, state %d, "
+		       "outstanding %d, the last life %s, EP %s)\n", (int)(k - conns), k->gen, what,
+		       err(rc), (int)st, (int)k->st, k->outstanding, ev_names[k->last_end],
+		       k->was_reset ? "reset" : "created");
+	}
 	return false;
 }
 
@@ -560,20 +586,22 @@ static int ev_index(DAT_EVENT_NUMBER n)
 	}
 }
 
-static const char *ev_names[8] = {
+static const char *ev_names[9] = {
 	"established", "disconnected", "broken", "timed_out", "peer_rejected",
-	"non_peer_rejected", "unreachable", "other",
+	"non_peer_rejected", "unreachable", "other", "refused",
 };
 
 /* A connection's end: its EP reset (client, every other time) or freed,
  * which flushes what was still posted; it is used again once all of that
  * has been reaped. */
-static void end_conn(int c, bool failed)
+static void end_conn(int c, bool failed, int how)
 {
 	struct conn *k = &conns[c];
 	DAT_RETURN rc;
 
-	if (!server && (k->gen & 1)) {
+	k->last_end = how;
+	k->was_reset = !server && (k->gen & 1);
+	if (k->was_reset) {
 		if ((rc = dat_ep_reset(k->ep)))
 			violation("conn %d: dat_ep_reset: %s", c, err(rc));
 		resets++;
@@ -656,7 +684,7 @@ static void on_conn_event(const DAT_EVENT *ev)
 		return;
 	}
 	was_all_up = false;
-	end_conn(c, k->st == S_CONNECTING);
+	end_conn(c, k->st == S_CONNECTING, e);
 }
 
 static void accept_now(int c, DAT_CR_HANDLE cr, uint32_t gen);
@@ -762,9 +790,11 @@ static void accept_now(int c, DAT_CR_HANDLE cr, uint32_t gen)
 	for (int i = 0; i < NRECV; i++)
 		post_recv(c, i);
 	k->st = S_CONNECTING;
+	k->since = mono_s();
+	k->stuck = false;
 	if ((rc = dat_cr_accept(cr, k->ep, sizeof(pd), &pd))) {
 		printf("# conn %d: dat_cr_accept: %s\n", c, err(rc));
-		end_conn(c, true);
+		end_conn(c, true, 8);
 	}
 }
 
@@ -786,6 +816,8 @@ static void connect_now(int c)
 		post_recv(c, i);
 	inet_pton(AF_INET, host, &sin.sin_addr);
 	k->st = S_CONNECTING;
+	k->since = mono_s();
+	k->stuck = false;
 	rc = dat_ep_connect(k->ep, (DAT_IA_ADDRESS_PTR)&sin, (DAT_CONN_QUAL)port, 3000 * 1000,
 			    sizeof(pd), &pd, DAT_QOS_BEST_EFFORT, DAT_CONNECT_DEFAULT_FLAG);
 	if (rc) {
@@ -793,7 +825,7 @@ static void connect_now(int c)
 		 * must come as a connection event */
 		if (DAT_GET_TYPE(rc) != DAT_INVALID_ADDRESS)
 			violation("conn %d: dat_ep_connect: %s", c, err(rc));
-		end_conn(c, true);
+		end_conn(c, true, 8);
 	}
 }
 
@@ -828,6 +860,16 @@ static void tend(int c, double now)
 	case S_IDLE:
 		if (!server && now >= k->due)
 			connect_now(c);
+		return;
+	case S_CONNECTING:
+		/* the connect's timeout is 3 s, the peer timeout 3 s: a
+		 * connection neither up nor ended 15 s on is stuck */
+		if (!k->stuck && now - k->since > 15) {
+			violation("conn %d life %u: %s 15 s ago, neither established nor ended", c,
+				  k->gen, server ? "accepted" : "connected");
+			k->stuck = true;
+			dat_ep_disconnect(k->ep, DAT_CLOSE_ABRUPT_FLAG);
+		}
 		return;
 	case S_UP:
 		if (server) {
@@ -989,7 +1031,7 @@ static void teardown(void)
 static bool run_phase(int secs, int disc_s, double limit_s)
 {
 	double now = mono_s(), stop = now + secs, limit = now + limit_s;
-	double next_disc = now + disc_s * (0.5 + rnd01());
+	double next_disc = now + disc_s * (0.5 + rnd01()), next_mem = now + 30;
 
 	printf("phase %d %" PRIu64 "\n", phase, wall_ms());
 	for (;;) {
@@ -997,6 +1039,11 @@ static bool run_phase(int secs, int disc_s, double limit_s)
 
 		poll_events();
 		now = mono_s();
+		if (now >= next_mem) {	/* the heap's course, for a leak's shape */
+			printf("mem %" PRIu64 " heap_kb %ld made %" PRIu64 "\n", wall_ms(), heap_kb(),
+			       made);
+			next_mem = now + 30;
+		}
 		if (!server && !finishing && now >= stop) {
 			finishing = true;
 			printf("finishing %" PRIu64 "\n", wall_ms());
@@ -1086,7 +1133,7 @@ int main(int argc, char **argv)
 	teardown();
 	fds_base = open_fds();
 	rss_base = rss_kb();
-	printf("baseline fds %d rss_kb %ld\n", fds_base, rss_base);
+	printf("baseline fds %d rss_kb %ld heap_kb %ld\n", fds_base, rss_base, heap_kb());
 
 	phase = 1;
 	if (ok) {
@@ -1096,7 +1143,8 @@ int main(int argc, char **argv)
 	}
 	fds_end = open_fds();
 	rss_end = rss_kb();
-	printf("final fds %d rss_kb %ld lmr %d rmr %d\n", fds_end, rss_end, lmr_live, rmr_live);
+	printf("final fds %d rss_kb %ld heap_kb %ld lmr %d rmr %d\n", fds_end, rss_end, heap_kb(),
+	       lmr_live, rmr_live);
 	if (ok && fds_end != fds_base)
 		violation("open files: %d after the soak, %d before", fds_end, fds_base);
 	if (ok && rss_end > rss_base + rss_bound)
