@@ -68,16 +68,18 @@ INTEG_BINS := $(patsubst tests/integ/%.c,$(B)/tests/%,$(INTEG_SRCS))
 DATCONF   := $(B)/dat.conf
 # tests/hosts/faults.sh's DAT program, run on the test hosts
 FAULTPEER := $(B)/tests/fault_peer
+# tests/hosts/soak.sh's DAT program (make soak, and a slice in make check)
+SOAK      := $(B)/tests/soak
 
-.PHONY: all lib tools examples tests check demo bench bench-smoke install uninstall clean deps help model deb \
-	fuzz fuzz-build
+.PHONY: all lib tools examples tests check soak demo bench bench-smoke install uninstall clean deps help \
+	model deb fuzz fuzz-build
 .DEFAULT_GOAL := all
 
 all: lib tools examples $(FIRAW) $(PAGEWALK) $(DATCONF) $(B)/dapl-ofi.pc
 
 lib: $(LIB)
 tools: $(TOOLS)
-tests: $(UNIT_BINS) $(INTEG_BINS) $(FAULTPEER)
+tests: $(UNIT_BINS) $(INTEG_BINS) $(FAULTPEER) $(SOAK)
 
 $(B)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -130,6 +132,10 @@ $(INTEG_BINS): $(B)/tests/%: $(B)/obj/tests/integ/%.o
 	$(CC) -o $@ $^ $(ALL_LDFLAGS) $(CMOCKA_LIBS) -ldat2
 
 $(FAULTPEER): $(B)/obj/tests/hosts/fault_peer.o
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $^ $(ALL_LDFLAGS) -ldat2
+
+$(SOAK): $(B)/obj/tests/hosts/soak.o
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $^ $(ALL_LDFLAGS) -ldat2
 
@@ -194,6 +200,14 @@ deps:
 
 check: deps
 	@scripts/check.sh
+
+# The soak across the two test hosts (tests/hosts/soak.sh, root): 256
+# connections moving verified sends, RDMA writes and reads for
+# SOAK_SECONDS while the network loses, flaps and partitions under them
+# (SOAK_SEED repeats a run's faults); make check runs a 60 s slice.
+SOAK_SECONDS ?= 300
+soak: all $(SOAK)
+	@B=$(B) SOAK_SECONDS=$(SOAK_SECONDS) tests/hosts/soak.sh
 
 # The Promela model of the upcall protocol, every configuration (model/README.md).
 model: ; @model/check.sh
@@ -289,6 +303,7 @@ clean:
 help:
 	@echo "make            build $(SONAME), tools and $(DATCONF) in $(B)/"
 	@echo "make check      install missing packages, build (gcc, clang, ASan+UBSan, TSan), run every test"
+	@echo "make soak       256 connections across two test hosts under random faults for SOAK_SECONDS=$(SOAK_SECONDS) (root)"
 	@echo "make demo       install missing packages, build, run the demo through the stock registry"
 	@echo "make bench      dapl-ofi against raw libfabric: 5 alternating runs, medians, ratios, targets"
 	@echo "make bench-smoke  the same in seconds, tiny counts: fails only if a program misbehaves"

@@ -222,6 +222,14 @@ if [ "$scope" = all ] && [ -x tests/hosts/faults.sh ]; then
 		B=$B run hosts_faults 600 tests/hosts/faults.sh
 	fi
 fi
+# A 60 s slice of the soak across the two test hosts (tests/hosts/soak.sh,
+# make soak runs it longer): 256 connections, verified sends, RDMA writes
+# and reads under random loss, flaps and a partition, then every resource
+# back to its start.  About 75 s (a warm-up and the teardown add 10-15 s);
+# the plain variant only.  Its seed is printed: SOAK_SEED repeats a run.
+if [ "$scope" = all ] && [ "$variant" = plain ] && [ -x tests/hosts/soak.sh ]; then
+	B=$B SOAK_SECONDS=60 run hosts_soak 300 tests/hosts/soak.sh
+fi
 # daplofi-info on the build tree's dat.conf (its broken entries) and on
 # dat.conf files of its own: reasons, fixes, exit statuses (about 10 s).
 if [ "$scope" = all ] && [ -x tests/info.sh ]; then

@@ -612,6 +612,13 @@ static DAT_RETURN ep_connect_to(struct dfi_ep *ep, struct sockaddr_in dest, DAT_
 	if (timed)
 		ia->connect_timers = true;
 	pthread_mutex_unlock(&ia->cm_lock);
+	/* No route to the peer at all (the host's link is down): libfabric's
+	 * connect(2) fails at once, which is the consumer's news, not ours:
+	 * the EP stays unconnected and may connect again (found by the soak,
+	 * tests/hosts/soak.sh, in a link flap). */
+	if (rc == -ENETUNREACH || rc == -EHOSTUNREACH)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_ADDRESS, DAT_INVALID_ADDRESS_UNREACHABLE),
+				  "EP %p: no route to the peer: %s", (void *)ep, strerror(-rc));
 	if (rc)
 		return cm_err(rc, "dat_ep_connect", DFI_ERR(DAT_INTERNAL_ERROR, 0));
 	if (kick)

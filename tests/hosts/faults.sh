@@ -272,6 +272,22 @@ connect_dropped() {
 	report "$1" "$p"
 }
 
+# connect_nolink NAME: a connect from a host whose link is down (no route
+# at all) is refused at once with DAT_INVALID_ADDRESS_UNREACHABLE, not an
+# internal error (under a second)
+connect_nolink() {
+	local p="" line
+	hosts_link a down
+	hosts_spawn a "$work/a.log" "$PEER" -n ofi-host -c "$HOSTS_ADDR_B" -p $PORT -T 2000 -t 10
+	pa=$HOSTS_PID
+	wait_pid "$pa" 10 || p+="a: still running 10 s after its connect"$'\n'
+	line=$(grep -m1 '^end' "$work/a.log")
+	[[ "$line" == *"error dat_ep_connect: DAT_INVALID_ADDRESS DAT_INVALID_ADDRESS_UNREACHABLE"* ]] ||
+		p+="a: expected dat_ep_connect to fail with DAT_INVALID_ADDRESS_UNREACHABLE: ${line:-no end line}"$'\n'
+	stop_peers
+	report "$1" "$p"
+}
+
 # listener_gone NAME kill|drop|drop-infinite: b holds a's request
 # unanswered, then dies or goes silent; a's connect timeout is 4 s, or
 # infinite (drop-infinite: the peer timeout ends it)
@@ -371,7 +387,7 @@ dapltest_across() {
 }
 
 cases=${*:-partition-streaming partition-idle partition-a-out partition-a-in \
-flap loss-3 loss-20 kill-sender kill-receiver kill-idle stop-idle stop-streaming connect-dropped \
+flap loss-3 loss-20 kill-sender kill-receiver kill-idle stop-idle stop-streaming connect-dropped connect-nolink \
 listener-killed listener-partitioned listener-partitioned-inf thousand dtest dapltest}
 for c in $cases; do
 	case $c in
@@ -408,6 +424,8 @@ for c in $cases; do
 		stopped "$c: b SIGSTOPped while a streams to it: a BROKEN ${T} ms after b's window shut" ;;
 	connect-dropped)
 		connect_dropped "$c: a connect (timeout 2 s) to a host that drops everything: TIMED_OUT" 2000 ;;
+	connect-nolink)
+		connect_nolink "$c: a connect from a host whose link is down: DAT_INVALID_ADDRESS_UNREACHABLE at once" ;;
 	connect-dropped-inf)
 		connect_dropped "$c: the same, the connect timeout infinite: TIMED_OUT after ${T} ms" 0 ;;
 	listener-killed)
