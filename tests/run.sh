@@ -20,6 +20,10 @@ pass=0 fail=0 skip=0
 export DAT_OVERRIDE=$PWD/$B/dat.conf
 export CMOCKA_MESSAGE_OUTPUT=TAP
 export DAPL_OFI_LOG_LEVEL=${DAPL_OFI_LOG_LEVEL:-error}
+# libinfinipath (which libfabric loads) catches crash signals and writes a
+# backtrace file into the working directory: let the sanitizers and the
+# runner report a crash instead
+export IPATH_NO_BACKTRACE=1
 case $variant in
 asan)
 	export ASAN_OPTIONS=abort_on_error=1:detect_leaks=1:strict_string_checks=1

@@ -1960,17 +1960,18 @@ static void test_ia_close_abrupt_aborts_waiter(void **state)
 
 /* ================================================================ stubs */
 
-/* A slot dapl-ofi does not implement (dat_rmr_create_for_ep, reached
- * through the provider's table: libdat2 does not export it) answers
- * DAT_NOT_IMPLEMENTED, not a crash or a silent success. */
+/* The slot dapl-ofi does not implement (dat_ep_post_send_with_invalidate,
+ * reached through the provider's table: libdat2 does not export it)
+ * answers DAT_NOT_IMPLEMENTED, not a crash or a silent success; nothing is
+ * posted, so no event follows. */
 static void test_stub_slots_not_implemented(void **state)
 {
 	struct fx *f = *state;
-	DAT_RMR_HANDLE rmr = DAT_HANDLE_NULL;
+	DAT_DTO_COOKIE ck = { .as_64 = 1 };
 
-	assert_err(DAT_HANDLE_TO_PROVIDER(f->pz)->rmr_create_for_ep_func(f->pz, &rmr),
+	assert_err(DAT_HANDLE_TO_PROVIDER(f->pz)->ep_post_send_with_invalidate_func(
+			   f->pz, 0, NULL, ck, DAT_COMPLETION_DEFAULT_FLAG, DAT_TRUE, 0),
 		   DAT_NOT_IMPLEMENTED);
-	assert_null(rmr);
 }
 
 /* ================================================= DAT 2.0 calls, no peer */
