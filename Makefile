@@ -146,7 +146,8 @@ $(B)/obj/tests/%.o: EXTRA_CFLAGS = $(CMOCKA_CFLAGS) -Wno-missing-prototypes
 $(B)/obj/src/event/evd_core.o $(B)/obj/src/event/cno_core.o: EXTRA_CFLAGS = -fexceptions
 
 # libFuzzer targets (tests/fuzz/README.md), built by clang in build/fuzz
-# (make fuzz-build; SAN=fuzz): fuzz_params links the parsers directly;
+# (make fuzz-build; SAN=fuzz): fuzz_params links the parsers directly,
+# fuzz_rdm_wire the RDM connection manager's decoder;
 # fuzz_api and fuzz_pdata go through the stock registry to the library
 # of the same build, whose coverage they export to (-rdynamic).
 FUZZ_SRCS := $(wildcard tests/fuzz/fuzz_*.c)
@@ -155,6 +156,9 @@ $(B)/obj/tests/fuzz/%.o: EXTRA_CFLAGS = -Wno-missing-prototypes
 $(B)/fuzz/fuzz_params: $(call obj,tests/fuzz/fuzz_params.c src/util/param.c src/util/ia_params.c)
 	@mkdir -p $(dir $@)
 	$(FUZZ_LINK) -ldat2 -ldl
+$(B)/fuzz/fuzz_rdm_wire: $(call obj,tests/fuzz/fuzz_rdm_wire.c src/fabric/rdm/wire.c)
+	@mkdir -p $(dir $@)
+	$(FUZZ_LINK)
 $(B)/fuzz/fuzz_api $(B)/fuzz/fuzz_pdata: $(B)/fuzz/%: $(B)/obj/tests/fuzz/%.o
 	@mkdir -p $(dir $@)
 	$(FUZZ_LINK) -ldat2

@@ -99,7 +99,7 @@ for t in "${targets[@]}"; do
 		"$B/corpus/$t" "$seeds" > "$log" 2>&1
 	rc=$?
 	took=$(( $(date +%s) - start ))
-	runs=$(grep -oE '^stat::number_of_executed_units: *[0-9]+' "$log" | grep -oE '[0-9]+$')
+	runs=$(grep -aoE '^stat::number_of_executed_units: *[0-9]+' "$log" | grep -oE '[0-9]+$')
 	if [ "$rc" -eq 0 ]; then
 		tap ok "$t: ${runs:-?} inputs in ${took} s, no crash, leak or hang"
 		continue
