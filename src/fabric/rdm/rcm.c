@@ -271,6 +271,20 @@ static void take_end(struct dfi_rcm_end *e, const struct dfi_rdm_msg *m)
 	memcpy(e->addr, m->addr, m->addr_len);
 }
 
+/* RTU, DREQ, DREP: the two ends' ids and nothing else. */
+static int send_ids(struct dfi_rcm_conn *c, enum dfi_rdm_type type)
+{
+	struct dfi_rdm_msg m;
+
+	memset(&m, 0, sizeof(m));
+	m.type = type;
+	m.dst_id = c->peer.id;
+	m.dst_gen = c->peer.gen;
+	m.src_id = c->self.id;
+	m.src_gen = c->self.gen;
+	return send_msg(c, &m);
+}
+
 static bool for_me(const struct dfi_rcm_conn *c, const struct dfi_rdm_msg *m)
 {
 	return m->dst_id == c->self.id && m->dst_gen == c->self.gen;
@@ -294,7 +308,6 @@ static void protocol_error(struct dfi_rcm_conn *c, const char *what)
 static bool on_msg(struct dfi_rcm_conn *c, const struct dfi_rdm_msg *m)
 {
 	struct dfi_rcm_event *e;
-	struct dfi_rdm_msg r;
 
 	switch (c->state) {
 	case C_WAIT_REQ:
@@ -330,13 +343,7 @@ static bool on_msg(struct dfi_rcm_conn *c, const struct dfi_rdm_msg *m)
 		if (m->type != DFI_RDM_REP || !for_me(c, m))
 			break;
 		take_end(&c->peer, m);
-		memset(&r, 0, sizeof(r));
-		r.type = DFI_RDM_RTU;
-		r.dst_id = c->peer.id;
-		r.dst_gen = c->peer.gen;
-		r.src_id = c->self.id;
-		r.src_gen = c->self.gen;
-		if (send_msg(c, &r)) {
+		if (send_ids(c, DFI_RDM_RTU)) {
 			conn_end(c, DFI_RCM_BROKEN, ECONNRESET);
 			return false;
 		}
@@ -362,13 +369,7 @@ static bool on_msg(struct dfi_rcm_conn *c, const struct dfi_rdm_msg *m)
 		if (!for_me(c, m))
 			break;
 		if (m->type == DFI_RDM_DREQ) {
-			memset(&r, 0, sizeof(r));
-			r.type = DFI_RDM_DREP;
-			r.dst_id = c->peer.id;
-			r.dst_gen = c->peer.gen;
-			r.src_id = c->self.id;
-			r.src_gen = c->self.gen;
-			(void)send_msg(c, &r);	/* the peer ends either way */
+			(void)send_ids(c, DFI_RDM_DREP);	/* the peer ends either way */
 			conn_end(c, DFI_RCM_DISCONNECTED, 0);
 			return false;
 		}
@@ -848,20 +849,12 @@ int dfi_rcm_reject(struct dfi_rcm_conn *c, enum dfi_rdm_reason reason, const voi
 
 int dfi_rcm_disconnect(struct dfi_rcm_conn *c)
 {
-	struct dfi_rdm_msg m;
-
 	if (c->state == C_DISC_SENT || c->state == C_ENDED)
 		return 0;
 	if (c->state != C_ESTABLISHED)
 		return -ENOTCONN;
-	memset(&m, 0, sizeof(m));
-	m.type = DFI_RDM_DREQ;
-	m.dst_id = c->peer.id;
-	m.dst_gen = c->peer.gen;
-	m.src_id = c->self.id;
-	m.src_gen = c->self.gen;
 	c->state = C_DISC_SENT;
-	if (send_msg(c, &m))
+	if (send_ids(c, DFI_RDM_DREQ))
 		conn_end(c, DFI_RCM_DISCONNECTED, 0);	/* the peer is gone already */
 	return 0;
 }
