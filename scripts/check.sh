@@ -71,7 +71,7 @@ printf '  package-deb %d passed, %d failed, %d skipped (exit %d), log: build/pac
 # crash, leak or hang fails with the path of its reproducer; without
 # clang's fuzzer runtime, or without a network namespace for the targets
 # that connect (not root, no user namespaces), they are skipped
-step "fuzz targets (tests/fuzz/run.sh: fuzz_params, fuzz_api, fuzz_pdata, ${CHECK_FUZZ_SECONDS:-20} s each)"
+step "fuzz targets (tests/fuzz/run.sh: every tests/fuzz/fuzz_*.c, ${CHECK_FUZZ_SECONDS:-20} s each)"
 FUZZ_SECONDS=${CHECK_FUZZ_SECONDS:-20} timeout --kill-after=30 900 tests/fuzz/run.sh \
 	> build/fuzz-check.log 2>&1
 rc=$?
