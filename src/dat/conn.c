@@ -592,7 +592,7 @@ static DAT_RETURN ep_connect_to(struct dfi_ep *ep, struct sockaddr_in dest, DAT_
 			ep->state = DAT_EP_STATE_ACTIVE_CONNECTION_PENDING;
 			/* a listener's host that vanishes before it
 			 * answers ends the connect too */
-			dfi_fep_arm_liveness(fep, ia->peer_timeout_ms, true);
+			dfi_fep_arm_liveness(fep, ia->peer_timeout_ms, &dest);
 			dfi_cnt_add(&ia->cnt[DCNT_IA_CM_REQ_TX], 1);
 		}
 		pthread_mutex_unlock(&ep->post_lock);
@@ -1077,7 +1077,7 @@ static void translate(struct dfi_ia *ia, struct dfi_cm_event *e, struct cm_post 
 		dfi_ep_set_state(ep, DAT_EP_STATE_CONNECTED);
 		ep->established = true;
 		if (ep->fep)
-			dfi_fep_arm_liveness(ep->fep, ia->peer_timeout_ms, false);
+			dfi_fep_arm_liveness(ep->fep, ia->peer_timeout_ms, NULL);
 		ep_cqs_refresh(ep);
 		conn_event(p, ep, DAT_CONNECTION_EVENT_ESTABLISHED, e->pdata, e->plen);
 		break;

@@ -189,12 +189,12 @@ void dfi_fep_close(struct dfi_fep *fep);
  * most 4): their fds stop watching its socket before its number is free. */
 void dfi_fep_close_bound(struct dfi_fep *fep, struct dfi_cq *const *cqs, int n);
 int dfi_fep_peer(struct dfi_fep *fep, struct sockaddr_in *peer);
-/* Once connecting (active side, right after dfi_fep_connect) or
- * connected: have the kernel end the connection when the peer stays
- * silent for timeout_ms (0: never), data in flight or not (liveness.c).
- * Once armed, a second call does nothing.  -ENOENT: the endpoint has no
- * socket of its own to arm. */
-int dfi_fep_arm_liveness(struct dfi_fep *fep, unsigned timeout_ms, bool connecting);
+/* Once connecting (active side, right after dfi_fep_connect to dest) and
+ * once connected (dest NULL): have the kernel end the connection when the
+ * peer stays silent for timeout_ms (0: never), data in flight or not
+ * (liveness.c).  Connected, it checks the socket armed at the connect is
+ * the endpoint's.  -ENOENT: the endpoint has no socket of its own to arm. */
+int dfi_fep_arm_liveness(struct dfi_fep *fep, unsigned timeout_ms, const struct sockaddr_in *dest);
 /* After its shutdown: the kernel gave up on a silent peer (an armed
  * endpoint only), rather than the peer closing. */
 bool dfi_fep_aborted(const struct dfi_fep *fep);

@@ -8,9 +8,8 @@
  *
  * So, once a connect is under way (or a connection up, on the accepting
  * side), we find its socket among the process's and arm the kernel's own
- * detection: TCP_USER_TIMEOUT for data left
- * unacknowledged, keepalive probes for a connection that is idle or only
- * waits to receive.  The kernel aborts the socket when the peer stays
+ * detection: TCP_USER_TIMEOUT for data left unacknowledged, keepalive
+ * probes for a connection that is idle or only waits to receive.  The kernel aborts the socket when the peer stays
  * silent that long; the provider then reports a shutdown, and
  * dfi_fep_aborted tells that apart from the peer's close.  Nothing runs
  * on the data path; the design note is docs/liveness.md.
@@ -33,69 +32,82 @@ static bool same_in(const struct sockaddr_in *a, const struct sockaddr_in *b)
 	       a->sin_addr.s_addr == b->sin_addr.s_addr;
 }
 
-/* peer NULL: a connect in progress, which has no peer name yet; its local
- * address and port, bound by the connect, are its own. */
-static bool sock_is(int fd, const struct sockaddr_in *self, const struct sockaddr_in *peer)
+/* fd's socket has these ends.  connecting: peer is where a connect in
+ * flight goes, which a socket still in SYN_SENT cannot name yet; its local
+ * address and port, bound by the connect, then have to do.  (Two connects
+ * to different peers may share a local port: the one found is checked
+ * again once connected, dfi_fep_arm_liveness.) */
+static bool sock_is(int fd, const struct sockaddr_in *self, const struct sockaddr_in *peer,
+		    bool connecting)
 {
 	struct sockaddr_in a;
 	socklen_t len = sizeof(a);
 
 	if (getsockname(fd, (struct sockaddr *)&a, &len) || len != sizeof(a) || !same_in(&a, self))
 		return false;
-	if (!peer)
-		return true;
 	len = sizeof(a);
-	return !getpeername(fd, (struct sockaddr *)&a, &len) && len == sizeof(a) &&
-	       same_in(&a, peer);
+	if (getpeername(fd, (struct sockaddr *)&a, &len))
+		return connecting && errno == ENOTCONN;
+	return len == sizeof(a) && same_in(&a, peer);
 }
 
 struct ends {
 	const struct sockaddr_in *self, *peer;
+	bool connecting;
 };
 
 static bool has_ends(int fd, void *arg)
 {
 	const struct ends *e = arg;
 
-	return sock_is(fd, e->self, e->peer);
+	return sock_is(fd, e->self, e->peer, e->connecting);
 }
 
 /* The fd whose socket has these ends, or -1.  Around the hint first, then
  * every fd of the process. */
-static int find_sock(const struct sockaddr_in *self, const struct sockaddr_in *peer)
+static int find_sock(const struct sockaddr_in *self, const struct sockaddr_in *peer,
+		     bool connecting)
 {
 	int hint = atomic_load_explicit(&sock_hint, memory_order_relaxed);
-	struct ends e = { self, peer };
+	struct ends e = { self, peer, connecting };
 	int fd;
 
 	/* above the hint first: sockets opened in a row connect in a row */
 	if (hint >= 0) {
 		for (int i = hint + 1; i <= hint + 64; i++)
-			if (sock_is(i, self, peer))
+			if (sock_is(i, self, peer, connecting))
 				return i;
 		for (int i = hint; i >= 0 && i >= hint - 16; i--)
-			if (sock_is(i, self, peer))
+			if (sock_is(i, self, peer, connecting))
 				return i;
 	}
 	fd = dfi_fd_walk(has_ends, &e);
 	return fd < 0 ? -1 : fd;
 }
 
-int dfi_fep_arm_liveness(struct dfi_fep *e, unsigned timeout_ms, bool connecting)
+int dfi_fep_arm_liveness(struct dfi_fep *e, unsigned timeout_ms, const struct sockaddr_in *dest)
 {
 	struct sockaddr_in self, peer;
 	size_t len = sizeof(self);
 	int fd;
 
-	if (e->sock >= 0 || !timeout_ms)
-		return 0;	/* armed at the connect */
+	if (!timeout_ms)
+		return 0;
 	if (fi_getname(&e->ep->fid, &self, &len) || len != sizeof(self) ||
 	    self.sin_family != AF_INET || !self.sin_port)
 		return -ENOENT;
-	len = sizeof(peer);
-	if (!connecting && (fi_getpeer(e->ep, &peer, &len) || len != sizeof(peer)))
-		return -ENOENT;
-	fd = find_sock(&self, connecting ? NULL : &peer);
+	if (dest) {
+		peer = *dest;
+	} else {
+		len = sizeof(peer);
+		if (fi_getpeer(e->ep, &peer, &len) || len != sizeof(peer))
+			return -ENOENT;
+		/* armed at the connect: that socket, if it is this one */
+		if (e->sock >= 0 && sock_is(e->sock, &self, &peer, false))
+			return 0;
+		e->sock = -1;
+	}
+	fd = find_sock(&self, &peer, dest != NULL);
 	if (fd < 0)
 		return -ENOENT;	/* not a socket provider: verbs has its own */
 	atomic_store_explicit(&sock_hint, fd, memory_order_relaxed);
