@@ -23,6 +23,8 @@
  * dat_ep_connect's timeout in ms (0: infinite); a server with -H holds the
  * first request without answering it ("held <ms>"), until it is killed.
  */
+#include "peer.h"
+
 #include <dat2/udat.h>
 
 #include <arpa/inet.h>
@@ -60,47 +62,6 @@ static uint64_t verified, bad, sent;
 static uint64_t by_status[16];
 static int ended;
 static bool done;	/* "end" printed: later events are the program's own */
-
-static uint64_t wall_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
-static double mono_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static void die(const char *what, DAT_RETURN rc)
-{
-	const char *major = "?", *minor = "";
-
-	dat_strerror(rc, &major, &minor);
-	printf("end %" PRIu64 " error %s: %s %s\n", wall_ms(), what, major, minor ? minor : "");
-	fflush(stdout);
-	_exit(1);	/* what is open stays open: no leak report for it */
-}
-
-/* LeakSanitizer: what libdat2's dlopen of the provider and the libraries
- * it pulls in allocate under _dl_init and never free (as in
- * tests/integ/dat_test.h); dapl-ofi has no constructor. */
-const char *__lsan_default_suppressions(void);
-const char *__lsan_default_suppressions(void)
-{
-	return "leak:_dl_init\n";
-}
-
-const char *__asan_default_options(void);
-const char *__asan_default_options(void)
-{
-	return "fast_unwind_on_malloc=0";
-}
 
 static const char *event_name(DAT_EVENT_NUMBER n)
 {

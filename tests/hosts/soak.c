@@ -47,6 +47,8 @@
  *
  * <ms> is CLOCK_REALTIME in milliseconds.  Exit status 0: no violation.
  */
+#include "peer.h"
+
 #include <dat2/udat.h>
 
 #include <arpa/inet.h>
@@ -139,22 +141,6 @@ static uint64_t rng = 1;
 static uint64_t made, ev_count[8], v_n[4], v_bytes[4], by_status[16];
 static uint64_t selfdisc, resets, recreated, post_fail, violations, stale_cr;
 
-static uint64_t wall_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
-static double mono_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 static uint64_t rnd(void)
 {
 	rng ^= rng << 13;
@@ -180,31 +166,6 @@ static void violation(const char *fmt, ...)
 	vprintf(fmt, ap);
 	va_end(ap);
 	putchar('\n');
-}
-
-static const char *err(DAT_RETURN rc)
-{
-	static char s[128];
-	const char *major = "?", *minor = "";
-
-	dat_strerror(rc, &major, &minor);
-	snprintf(s, sizeof(s), "%s %s", major, minor ? minor : "");
-	return s;
-}
-
-static void die(const char *what, DAT_RETURN rc)
-{
-	printf("end %" PRIu64 " error %s: %s\n", wall_ms(), what, err(rc));
-	fflush(stdout);
-	_exit(1);
-}
-
-/* LeakSanitizer: what libdat2's dlopen of the provider allocates under
- * _dl_init and never frees (as in fault_peer.c). */
-const char *__lsan_default_suppressions(void);
-const char *__lsan_default_suppressions(void)
-{
-	return "leak:_dl_init\n";
 }
 
 static int open_fds(void)
@@ -319,7 +280,7 @@ static bool posted(struct conn *k, DAT_RETURN rc, const char *what)
 		dat_ep_get_status(k->ep, &st, NULL, NULL);
 		printf("# conn %d life %u: post %s refused: %s (EP state %d, state %d, "
 		       "outstanding %d, the last life %s, EP %s)\n", (int)(k - conns), k->gen, what,
-		       err(rc), (int)st, (int)k->st, k->outstanding, ev_names[k->last_end],
+		       dat_err(rc), (int)st, (int)k->st, k->outstanding, ev_names[k->last_end],
 		       k->was_reset ? "reset" : "created");
 	}
 	return false;
@@ -603,17 +564,17 @@ static void end_conn(int c, bool failed, int how)
 	k->was_reset = !server && (k->gen & 1);
 	if (k->was_reset) {
 		if ((rc = dat_ep_reset(k->ep)))
-			violation("conn %d: dat_ep_reset: %s", c, err(rc));
+			violation("conn %d: dat_ep_reset: %s", c, dat_err(rc));
 		resets++;
 	} else {
 		if ((rc = dat_ep_free(k->ep)))
-			violation("conn %d: dat_ep_free: %s", c, err(rc));
+			violation("conn %d: dat_ep_free: %s", c, dat_err(rc));
 		k->ep = DAT_HANDLE_NULL;
 		recreated++;
 	}
 	if (k->rmr) {
 		if ((rc = dat_rmr_free(k->rmr)))
-			violation("conn %d: dat_rmr_free: %s", c, err(rc));
+			violation("conn %d: dat_rmr_free: %s", c, dat_err(rc));
 		else
 			rmr_live--;
 		k->rmr = DAT_HANDLE_NULL;
@@ -703,7 +664,7 @@ static void on_cr(const DAT_EVENT *ev)
 	}
 	if ((rc = dat_cr_query(cr, DAT_CR_FIELD_ALL, &p)) ||
 	    p.private_data_size < (DAT_COUNT)sizeof(pd)) {
-		violation("a request without private data (%s)", err(rc));
+		violation("a request without private data (%s)", dat_err(rc));
 		dat_cr_reject(cr, 0, NULL);
 		return;
 	}
@@ -793,7 +754,7 @@ static void accept_now(int c, DAT_CR_HANDLE cr, uint32_t gen)
 	k->since = mono_s();
 	k->stuck = false;
 	if ((rc = dat_cr_accept(cr, k->ep, sizeof(pd), &pd))) {
-		printf("# conn %d: dat_cr_accept: %s\n", c, err(rc));
+		printf("# conn %d: dat_cr_accept: %s\n", c, dat_err(rc));
 		end_conn(c, true, 8);
 	}
 }
@@ -824,7 +785,7 @@ static void connect_now(int c)
 		/* no route (a link down) is refused at once; anything else
 		 * must come as a connection event */
 		if (DAT_GET_TYPE(rc) != DAT_INVALID_ADDRESS)
-			violation("conn %d: dat_ep_connect: %s", c, err(rc));
+			violation("conn %d: dat_ep_connect: %s", c, dat_err(rc));
 		end_conn(c, true, 8);
 	}
 }
@@ -978,7 +939,7 @@ static void setup(void)
 static void check_rc(const char *what, DAT_RETURN rc)
 {
 	if (rc)
-		violation("teardown: %s: %s", what, err(rc));
+		violation("teardown: %s: %s", what, dat_err(rc));
 }
 
 static void teardown(void)
@@ -1152,7 +1113,7 @@ int main(int argc, char **argv)
 	if (lmr_live || rmr_live)
 		violation("%d LMRs and %d RMRs left", lmr_live, rmr_live);
 	if ((rc = dat_ia_close(ia, DAT_CLOSE_GRACEFUL_FLAG))) {
-		violation("dat_ia_close(graceful): %s", err(rc));
+		violation("dat_ia_close(graceful): %s", dat_err(rc));
 		dat_ia_close(ia, DAT_CLOSE_ABRUPT_FLAG);
 	}
 	fds_closed = open_fds();
