@@ -9,6 +9,7 @@
 # hosts_down (an EXIT trap) removes them and every process in them, even
 # when a test fails.  Root only: hosts_up fails (status 77) otherwise.
 #
+#   hosts_up_tap LIBRARY          hosts_up, or the TAP plan that says why not
 #   hosts_run a|b CMD...          run CMD on a host
 #   hosts_spawn a|b LOG CMD...    start CMD on a host in the background,
 #                                 its output to LOG; HOSTS_PID is CMD's own
@@ -78,6 +79,20 @@ hosts_up() {
 	echo "hosts: $HOSTS_ADDR_A cannot reach $HOSTS_ADDR_B" >&2
 	hosts_down
 	return 1
+}
+
+# hosts_up_tap LIBRARY: hosts_up for a TAP script.  Where the hosts cannot
+# be made it prints the plan (a skip when not root or without nft, else a
+# failure) and exits; then it works in $HOSTS_DIR, where the programs leave
+# what they leave (libinfinipath's *.btr on a crash).
+hosts_up_tap() {
+	hosts_up "$1"
+	case $? in
+	0) ;;
+	77) echo "1..0 # SKIP test hosts need root and nft"; exit 0 ;;
+	*) echo "not ok 1 - test hosts could not be made"; exit 1 ;;
+	esac
+	cd "$HOSTS_DIR" || exit 1
 }
 
 hosts_run() {
