@@ -28,6 +28,10 @@ if [ -w "$reserve" ] && ! grep -q 39710 "$reserve"; then
 fi
 
 total_pass=0 total_fail=0 total_skip=0
+# every failing test's line, repeated at the end: a CI log is often read
+# from its tail
+export CHECK_FAILURES=$PWD/build/check-failures.txt
+: > "$CHECK_FAILURES"
 tally() {
 	local line
 	line=$(tail -n 1 "$1")
@@ -39,6 +43,7 @@ step "tests (gcc)";          tests/run.sh plain build all | tee "$out"; tally "$
 step "tests (ASan+UBSan)";   tests/run.sh asan build/asan all | tee "$out"; tally "$out"
 step "tests (TSan: event core, upcall stress, connection events, cancellation)"; tests/run.sh tsan build/tsan unit | tee "$out"; tally "$out"
 step "protocol model (spin)"; model/check.sh -j "$jobs" | tee "$out"; tally "$out"
+grep -E '^not ok' "$out" | sed 's/^/  model /' >> "$CHECK_FAILURES"
 step "stock programs under valgrind"; tests/run.sh valgrind build stock | tee "$out"; tally "$out"
 # the benchmark scripts with tiny counts: fail only if a benchmark program
 # crashes, hangs or prints nonsense, or bench/plot cannot draw compare's
@@ -49,6 +54,7 @@ if make -s bench-smoke > build/bench-smoke.log 2>&1; then
 	total_pass=$((total_pass + 1)); echo "  bench-smoke ok"
 else
 	total_fail=$((total_fail + 1)); tail -n 20 build/bench-smoke.log
+	echo "  bench-smoke FAILED, log: build/bench-smoke.log" >> "$CHECK_FAILURES"
 fi
 # the Debian packages: built (make deb), linted, installed system-wide, the
 # stock dtest through /etc/dat.conf with no DAT_OVERRIDE, purged, the file as
@@ -65,6 +71,7 @@ total_pass=$((total_pass + p)) total_fail=$((total_fail + f)) total_skip=$((tota
 printf '  package-deb %d passed, %d failed, %d skipped (exit %d), log: build/package-deb.log\n' \
 	"$p" "$f" "$s" "$rc"
 [ "$f" -eq 0 ] || grep -E '^not ok|^#   ' build/package-deb.log | head -40 | sed 's/^/      | /'
+[ "$f" -eq 0 ] || echo "  package-deb $f FAILED (exit $rc), log: build/package-deb.log" >> "$CHECK_FAILURES"
 # the libFuzzer targets (tests/fuzz/README.md) for 20 s each (make fuzz:
 # 300): clang's build in build/fuzz, then fuzz_params, fuzz_api and
 # fuzz_pdata from their corpus in the tree (about 90 s with the build).  A
@@ -81,7 +88,12 @@ f=$(grep -cE '^not ok [0-9]+' build/fuzz-check.log)
 [ "$rc" -ne 0 ] && [ "$f" -eq 0 ] && f=1
 total_pass=$((total_pass + p)) total_fail=$((total_fail + f)) total_skip=$((total_skip + s))
 grep -E '^(not )?ok [0-9]+|^#' build/fuzz-check.log | sed 's/^/  /'
-[ "$f" -eq 0 ] || echo "  FUZZ FAILED (exit $rc): log build/fuzz-check.log; the reproducer is named above"
+[ "$f" -eq 0 ] || echo "  FUZZ FAILED (exit $rc): log build/fuzz-check.log; the reproducer is named above" |
+	tee -a "$CHECK_FAILURES"
 rm -f "$out"
+if [ -s "$CHECK_FAILURES" ] || [ "$total_fail" -ne 0 ]; then
+	echo "== what failed (each log is named; the steps above say more)"
+	cat "$CHECK_FAILURES"
+fi
 echo "$total_pass passed, $total_fail failed, $total_skip skipped"
 [ "$total_fail" -eq 0 ]

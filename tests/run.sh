@@ -63,7 +63,10 @@ run() {
 			"$([ "$s" -gt 0 ] && echo ", $s skipped")"
 	else
 		printf '  %-8s %-28s %4d passed, %d FAILED (exit %d), log: %s\n' \
-			"$variant" "$name" "$p" "$f" "$rc" "$log"
+			"$variant" "$name" "$p" "$f" "$rc" "$log" | tee -a "${CHECK_FAILURES:-/dev/null}"
+		# the first failing case, for make check's closing list
+		grep -m1 -E '^not ok [0-9]+' "$log" | grep -v '# SKIP' |
+			sed 's/^/      | /' >> "${CHECK_FAILURES:-/dev/null}"
 		grep -E '^not ok|ERROR|error:|FAIL|Sanitizer|runtime error|Assertion' "$log" |
 			head -20 | sed 's/^/      | /'
 		[ "$rc" -eq 124 ] && echo "      | timed out after $limit"
