@@ -41,8 +41,11 @@ ALL_LDFLAGS := $(LDFLAGS) $(SAN_FLAGS) -pthread
 
 UTIL_SRCS   := src/util/log.c src/util/param.c src/util/arena.c src/util/ia_params.c
 EVENT_SRCS  := src/event/evd_core.c src/event/cno_core.c src/event/upcall.c src/event/time.c
-FABRIC_SRCS := src/fabric/fabric.c src/fabric/cm.c src/fabric/liveness.c src/fabric/halfreq.c \
-	       src/fabric/fdwalk.c src/fabric/keepalive.c
+FABRIC_SRCS := src/fabric/fabric.c src/fabric/info.c src/fabric/cq.c src/fabric/mr.c \
+	       src/fabric/fdwalk.c src/fabric/keepalive.c \
+	       src/fabric/msg/cm.c src/fabric/msg/post.c src/fabric/msg/liveness.c \
+	       src/fabric/msg/halfreq.c \
+	       src/fabric/rdm/ep.c src/fabric/rdm/post.c src/fabric/rdm/rcm.c src/fabric/rdm/wire.c
 DAT_SRCS    := src/dat/provider.c src/dat/stubs.c src/dat/handle.c src/dat/ia.c \
 	       src/dat/pz.c src/dat/lmr.c src/dat/evd.c src/dat/cno.c src/dat/ep.c \
 	       src/dat/dto.c src/dat/conn.c src/dat/progress.c src/dat/rmr.c src/dat/srq.c \
@@ -94,9 +97,9 @@ $(LIB): $(call obj,$(LIB_SRCS)) src/dat/libdaplofi.map
 	ln -sf $(SONAME) $(B)/libdaplofi.so
 
 # daplofi-info shares the library's ia_params parser, address resolution and
-# fi_getinfo (src/fabric/fabric.c) to explain a failed open; the open itself
+# fi_getinfo (src/fabric/info.c) to explain a failed open; the open itself
 # goes through -ldat2 as any DAT program's.
-$(B)/daplofi-info: $(call obj,tools/daplofi-info.c $(UTIL_SRCS) src/fabric/fabric.c)
+$(B)/daplofi-info: $(call obj,tools/daplofi-info.c $(UTIL_SRCS) src/fabric/info.c)
 	$(CC) -o $@ $^ $(ALL_LDFLAGS) -ldat2 -ldl $(FABRIC_LIBS)
 
 $(B)/daplofi-demo: $(call obj,tools/daplofi-demo.c)
@@ -183,6 +186,8 @@ $(DATCONF): Makefile | $(LIB)
 	  echo "ofi-lo-rr u2.0 nonthreadsafe default $(abspath $(LIB)) dapl.2.0 \"tcp 127.0.0.1 rdma_read=1\" \"\""; \
 	  echo "ofi-lo-extofi u2.0 nonthreadsafe default $(abspath $(LIB)) dapl.2.0 \"tcp lo ext=ofi\" \"\""; \
 	  echo "ofi-sock-lo u2.0 nonthreadsafe default $(abspath $(LIB)) dapl.2.0 \"sockets 127.0.0.1\" \"\""; \
+	  echo "ofi-rxm-lo u2.0 nonthreadsafe default $(abspath $(LIB)) dapl.2.0 \"tcp;ofi_rxm lo\" \"\""; \
+	  echo "ofi-net-rdm-lo u2.0 nonthreadsafe default $(abspath $(LIB)) dapl.2.0 \"net lo ep=rdm\" \"\""; \
 	  echo "# deliberately broken entries, used by the tests"; \
 	  echo "ofi-bad-params u2.0 nonthreadsafe default $(abspath $(LIB)) dapl.2.0 \"tcp\" \"\""; \
 	  echo "ofi-bad-prov u2.0 nonthreadsafe default $(abspath $(LIB)) dapl.2.0 \"nosuchprov lo\" \"\""; \

@@ -442,7 +442,8 @@ static bool check_params(struct entry *e)
 	}
 	inet_ntop(AF_INET, &sa.sin_addr, e->addr, sizeof(e->addr));
 	iface_of(&sa, e->iface, sizeof(e->iface));
-	r = dfi_fabric_probe(c->prov_name, &sa, c->domain, &e->lim, err, sizeof(err));
+	r = dfi_fabric_probe(c->prov_name, &sa, c->domain, dfi_cfg_ep_kind(c), &e->lim, err,
+			     sizeof(err));
 	e->have_lim = r == 0;
 	if (!ok || r == 0)
 		return ok;

@@ -16,5 +16,8 @@
 #define DAPL_OFI_ATTR_MTU	"DAT_IB_TRANSPORT_MTU"	  /* "2048", or ia_params mtu= */
 #define DAPL_OFI_ATTR_RDMA_READ	"DAT_IB_RDMA_READ"	  /* "TRUE" with rdma_read=1 */
 #define DAPL_OFI_ATTR_FABRIC	"DAPL_OFI_FABRIC_PROVIDER" /* libfabric provider name */
+/* "msg" or "rdm": the libfabric endpoint type DAT endpoints map onto
+ * (ia_params ep=, dapl-ofi(7)) */
+#define DAPL_OFI_ATTR_ENDPOINT	"DAPL_OFI_ENDPOINT"
 
 #endif

@@ -994,7 +994,7 @@ static void handle_connreq(struct dfi_ia *ia, struct dfi_sp *sp, struct dfi_cm_e
 	}
 	cr->plen = (DAT_COUNT)e->plen;
 	memcpy(cr->pdata, e->pdata, e->plen);
-	dfi_connreq_peer(e->req, &cr->remote);
+	dfi_connreq_peer(ia->eq, e->req, &cr->remote);
 	if (cr->ep)
 		cr->ep->remote = cr->remote;	/* dat_ep_query's, before the accept */
 	cr_event(ia, cr, p);
@@ -1036,7 +1036,7 @@ static void ep_lost(struct dfi_ep *ep)
 /* ep's socket has just joined the poll fds of its CQs, to be applied at
  * each CQ's next pass: run one, so that whoever sleeps on a CQ's fd - a
  * waiter, the progress thread - wakes for data on this connection too
- * (fabric/cm.c, the poll-fd mirror). */
+ * (fabric/cq.c, the poll-fd mirror). */
 static void ep_cqs_refresh(struct dfi_ep *ep)
 {
 	struct dfi_cq *cqs[EP_NCQS];
@@ -1058,7 +1058,7 @@ static void translate(struct dfi_ia *ia, struct dfi_cm_event *e, struct cm_post 
 			  o->type == DFI_T_CSP || o->type == DFI_T_SP_GONE))
 			handle_connreq(ia, (struct dfi_sp *)o, e, p);
 		else
-			dfi_connreq_free(e->req);
+			dfi_connreq_free(ia->eq, e->req);
 		return;
 	}
 	ep = dfi_obj_get(o, DFI_T_EP);

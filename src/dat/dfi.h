@@ -88,7 +88,7 @@ struct dfi_ia {
 	struct dfi_obj objs;		/* list head (sentinel) */
 	int n_pz, n_lmr, n_evd, n_cno, n_srq, n_rmr;
 	int n_ep;			/* EPs, provider-created ones too: max_eps */
-	DAT_NAMED_ATTR prov_attr[8];
+	DAT_NAMED_ATTR prov_attr[10];
 	int n_prov_attr;
 
 	/* Connections (conn.c) and the progress thread (progress.c), started

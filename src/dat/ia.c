@@ -97,7 +97,8 @@ DAT_RETURN dfi_ia_open(const DAT_NAME_PTR name, DAT_COUNT async_qlen,
 		rc = DFI_ERR(DAT_INVALID_ADDRESS, DAT_INVALID_ADDRESS_UNREACHABLE);
 		goto err_ia;
 	}
-	r = dfi_fabric_open(p->cfg.prov_name, &ia->addr, p->cfg.domain, &ia->fab, err, sizeof(err));
+	r = dfi_fabric_open(p->cfg.prov_name, &ia->addr, p->cfg.domain, dfi_cfg_ep_kind(&p->cfg),
+			    &ia->fab, err, sizeof(err));
 	if (r && r != -EMFILE && r != -ENFILE && r != -ENOMEM)
 		r = dfi_fds_gone() ? dfi_fds_gone() : r;
 	if (r == -EMFILE || r == -ENFILE || r == -ENOMEM) {
@@ -129,7 +130,9 @@ DAT_RETURN dfi_ia_open(const DAT_NAME_PTR name, DAT_COUNT async_qlen,
 	ia->prov_attr[4] = (DAT_NAMED_ATTR){ DAT_IB_ATTR_COUNTERS, "TRUE" };
 	ia->prov_attr[5] = (DAT_NAMED_ATTR){ DAT_OFI_ATTR_UPCALL,
 					     DAT_OFI_ATTR_UPCALL_VERSION_STR };
-	ia->n_prov_attr = 6;
+	ia->prov_attr[6] = (DAT_NAMED_ATTR){ DAPL_OFI_ATTR_ENDPOINT,
+					     dfi_fabric_limits(ia->fab)->rdm ? "rdm" : "msg" };
+	ia->n_prov_attr = 7;
 	if (dfi_fabric_limits(ia->fab)->atomic) {	/* native only: absent on tcp */
 		ia->prov_attr[ia->n_prov_attr++] =
 			(DAT_NAMED_ATTR){ DAT_IB_ATTR_FETCH_AND_ADD, "TRUE" };
@@ -139,8 +142,8 @@ DAT_RETURN dfi_ia_open(const DAT_NAME_PTR name, DAT_COUNT async_qlen,
 
 	*async_evd = ia->async_evd;
 	*ia_out = ia;
-	dfi_info(DFI_SS_IA, "IA '%s' open: %s on %s", name, p->cfg.prov_name,
-		 inet_ntoa(ia->addr.sin_addr));
+	dfi_info(DFI_SS_IA, "IA '%s' open: %s on %s, %s endpoints", name, p->cfg.prov_name,
+		 inet_ntoa(ia->addr.sin_addr), dfi_fabric_limits(ia->fab)->rdm ? "RDM" : "MSG");
 	return DAT_SUCCESS;
 
 err_fab:

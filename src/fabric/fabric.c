@@ -1,211 +1,17 @@
-/* libfabric: fabric and domain per IA, memory registration. */
+/* An IA's fabric: the provider's fabric and domain, opened for the backend
+ * that serves it (msg/ or rdm/), and the calls of fabric.h sent on to the
+ * backend of the object they are given. */
+#include "util/hot.h"
 #include "fabric_int.h"
 #include "util/log.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
-#include <stdbool.h>
-#include <ifaddrs.h>
-#include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define DFI_FI_VERSION FI_VERSION(1, 17)
-
-int dfi_resolve_ipv4(const char *where, struct sockaddr_in *out)
-{
-	struct ifaddrs *ifa, *i;
-	struct addrinfo hints = { .ai_family = AF_INET }, *res;
-	bool iface_seen = false;
-
-	memset(out, 0, sizeof(*out));
-	out->sin_family = AF_INET;
-	/* 1. a network interface, as cma does */
-	if (getifaddrs(&ifa) != 0) {
-		/* no descriptor for its netlink socket is not a missing
-		 * interface: the caller says what it is */
-		if (errno == EMFILE || errno == ENFILE || errno == ENOMEM)
-			return -errno;
-		ifa = NULL;
-	}
-	if (ifa) {
-		for (i = ifa; i; i = i->ifa_next) {
-			if (strcmp(i->ifa_name, where) != 0)
-				continue;
-			iface_seen = true;
-			if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET) {
-				out->sin_addr = ((struct sockaddr_in *)i->ifa_addr)->sin_addr;
-				freeifaddrs(ifa);
-				return 0;
-			}
-		}
-		freeifaddrs(ifa);
-	}
-	if (iface_seen)
-		return -EADDRNOTAVAIL;
-	/* 2. an IPv4 literal */
-	if (inet_pton(AF_INET, where, &out->sin_addr) == 1)
-		return 0;
-	/* 3. a host name */
-	if (getaddrinfo(where, NULL, &hints, &res) == 0) {
-		out->sin_addr = ((struct sockaddr_in *)res->ai_addr)->sin_addr;
-		freeaddrinfo(res);
-		return 0;
-	}
-	return -ENOENT;
-}
-
-static struct fi_info *make_hints(const char *prov, const char *domain)
-{
-	struct fi_info *h = fi_allocinfo();
-
-	if (!h)
-		return NULL;
-	h->ep_attr->type = FI_EP_MSG;
-	h->caps = FI_MSG | FI_RMA;
-	h->addr_format = FI_SOCKADDR_IN;
-	/* No mode bits: the context of every post is our own descriptor, with
-	 * no struct fi_context in front for a provider to write in.  A
-	 * provider that needs FI_CONTEXT is not offered rather than handed
-	 * memory it would scribble on (tcp, verbs and sockets MSG endpoints
-	 * need none). */
-	h->mode = 0;
-	h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED |
-				  FI_MR_PROV_KEY;
-	h->domain_attr->threading = FI_THREAD_SAFE;
-	if (prov)
-		h->fabric_attr->prov_name = strdup(prov);
-	if (domain && *domain)
-		h->domain_attr->name = strdup(domain);
-	return h;
-}
-
-/* Is `prov` a libfabric provider at all?  Tells the two ENODATA apart. */
-static bool provider_exists(const char *prov)
-{
-	struct fi_info *h = fi_allocinfo(), *info = NULL;
-	bool found;
-
-	if (!h)
-		return true;
-	h->fabric_attr->prov_name = strdup(prov);
-	found = fi_getinfo(DFI_FI_VERSION, NULL, NULL, 0, h, &info) == 0;
-	fi_freeinfo(info);
-	fi_freeinfo(h);
-	return found;
-}
-
-/* The fi_info dfi_fabric_open opens: provider prov bound to addr (and
- * domain, if given), queues as deep as granted up to 1024.  Errors as
- * dfi_fabric_open's, with the reason in err. */
-static int get_info(const char *prov, const struct sockaddr_in *addr, const char *domain,
-		    struct fi_info **out, char *err, size_t errlen)
-{
-	struct fi_info *hints = make_hints(prov, domain);
-	char node[INET_ADDRSTRLEN];
-	int rc;
-
-	*out = NULL;
-	if (!hints) {
-		snprintf(err, errlen, "out of memory");
-		return -FI_ENOMEM;
-	}
-	inet_ntop(AF_INET, &addr->sin_addr, node, sizeof(node));
-	/* Native atomics where the provider has them (the IB extension's
-	 * compare-and-swap and fetch-and-add): tcp and net 1.17 answer
-	 * ENODATA, and are asked again without.  Deep queues too; what the
-	 * provider grants otherwise. */
-	rc = -FI_ENODATA;
-	for (int atomic = 1; atomic >= 0 && rc == -FI_ENODATA; atomic--) {
-		hints->caps = atomic ? hints->caps | FI_ATOMIC : hints->caps & ~FI_ATOMIC;
-		hints->tx_attr->size = 1024;
-		hints->rx_attr->size = 1024;
-		rc = fi_getinfo(DFI_FI_VERSION, node, NULL, FI_SOURCE, hints, out);
-		if (rc == -FI_ENODATA) {
-			hints->tx_attr->size = 0;
-			hints->rx_attr->size = 0;
-			rc = fi_getinfo(DFI_FI_VERSION, node, NULL, FI_SOURCE, hints, out);
-		}
-	}
-	if (rc) {
-		*out = NULL;
-		if (rc == -FI_ENODATA && !provider_exists(prov)) {
-			snprintf(err, errlen, "libfabric has no provider '%s' (fi_info -l "
-				 "lists them): fi_getinfo: %s", prov, fi_strerror(-rc));
-			rc = -ENOENT;
-		} else {
-			snprintf(err, errlen, "libfabric provider '%s' offers no FI_EP_MSG "
-				 "endpoint with FI_MSG|FI_RMA on %s%s%s: fi_getinfo: %s",
-				 prov, node, domain && *domain ? " in domain " : "",
-				 domain ? domain : "", fi_strerror(-rc));
-			rc = rc == -FI_ENODATA ? -ENODEV : rc;
-		}
-	}
-	fi_freeinfo(hints);
-	return rc;
-}
-
-static void fill_limits(const struct fi_info *i, struct dfi_fabric_limits *l)
-{
-	l->iov_limit = i->tx_attr->iov_limit;
-	l->rma_iov_limit = i->tx_attr->rma_iov_limit;
-	l->tx_size = i->tx_attr->size;
-	l->rx_size = i->rx_attr->size;
-	l->max_msg_size = i->ep_attr->max_msg_size;
-	l->mr_key_size = i->domain_attr->mr_key_size;
-	l->cq_data_size = i->domain_attr->cq_data_size;
-	l->atomic = (i->caps & FI_ATOMIC) != 0;
-	l->inject_size = i->tx_attr->inject_size < DFI_INJECT_MAX ? i->tx_attr->inject_size :
-								      DFI_INJECT_MAX;
-	l->prov_major = FI_MAJOR(i->fabric_attr->prov_version);
-	l->prov_minor = FI_MINOR(i->fabric_attr->prov_version);
-	l->fi_major = FI_MAJOR(fi_version());
-	l->fi_minor = FI_MINOR(fi_version());
-	snprintf(l->prov_name, sizeof(l->prov_name), "%s", i->fabric_attr->prov_name);
-	snprintf(l->fabric_name, sizeof(l->fabric_name), "%s", i->fabric_attr->name);
-	snprintf(l->domain_name, sizeof(l->domain_name), "%s", i->domain_attr->name);
-}
-
-int dfi_fabric_probe(const char *prov, const struct sockaddr_in *addr, const char *domain,
-		     struct dfi_fabric_limits *lim, char *err, size_t errlen)
-{
-	struct fi_info *info;
-	int rc = get_info(prov, addr, domain, &info, err, errlen);
-
-	if (rc == 0)
-		fill_limits(info, lim);
-	fi_freeinfo(info);
-	return rc;
-}
-
-void dfi_fabric_providers(char *buf, size_t len)
-{
-	struct fi_info *hints = make_hints(NULL, NULL), *info = NULL, *i, *j;
-	size_t used = 0;
-
-	if (len)
-		buf[0] = '\0';
-	if (!hints || fi_getinfo(DFI_FI_VERSION, NULL, NULL, 0, hints, &info) != 0)
-		info = NULL;
-	for (i = info; i && used < len; i = i->next) {
-		const char *name = i->fabric_attr->prov_name;
-		int n;
-
-		for (j = info; j != i; j = j->next)	/* one fi_info per interface */
-			if (strcmp(j->fabric_attr->prov_name, name) == 0)
-				break;
-		if (j != i)
-			continue;
-		n = snprintf(buf + used, len - used, "%s%s", used ? ", " : "", name);
-		used += n > 0 ? (size_t)n : 0;
-	}
-	fi_freeinfo(info);
-	fi_freeinfo(hints);
-}
-
 int dfi_fabric_open(const char *prov, const struct sockaddr_in *addr, const char *domain,
-		    struct dfi_fabric **out, char *err, size_t errlen)
+		    enum dfi_ep_kind kind, struct dfi_fabric **out, char *err, size_t errlen)
 {
 	struct dfi_fabric *f;
 	int rc;
@@ -215,12 +21,24 @@ int dfi_fabric_open(const char *prov, const struct sockaddr_in *addr, const char
 		snprintf(err, errlen, "out of memory");
 		return -FI_ENOMEM;
 	}
-	rc = get_info(prov, addr, domain, &f->info, err, errlen);
+	rc = dfi_fabric_getinfo(prov, addr, domain, kind, &f->info, err, errlen);
 	if (rc)
 		goto err_info;
-	/* Virtual-address RMA with provider keys, as DAT peers expect: tcp in
-	 * libfabric 1.17 returns mr_mode 0 (offsets) unless forced. */
-	f->info->domain_attr->mr_mode |= FI_MR_VIRT_ADDR | FI_MR_PROV_KEY;
+	f->be = f->info->ep_attr->type == FI_EP_RDM ? &dfi_rdm_backend : &dfi_msg_backend;
+	/* Virtual-address RMA with provider keys, as DAT peers expect: tcp
+	 * (and tcp;ofi_rxm) in libfabric 1.17 return mr_mode 0, offsets,
+	 * unless forced.  A provider that names its own mode keeps it (shm:
+	 * virtual addresses, keys of ours, mr.c). */
+	if (!f->info->domain_attr->mr_mode)
+		f->info->domain_attr->mr_mode = FI_MR_VIRT_ADDR | FI_MR_PROV_KEY;
+	if (!(f->info->domain_attr->mr_mode & FI_MR_VIRT_ADDR)) {
+		snprintf(err, errlen, "libfabric provider '%s' addresses remote memory by "
+			 "offset (mr_mode 0x%x without FI_MR_VIRT_ADDR): not served yet "
+			 "(docs/rdm.md)",
+			 prov, f->info->domain_attr->mr_mode);
+		rc = -ENODEV;
+		goto err_info;
+	}
 	rc = fi_fabric(f->info->fabric_attr, &f->fabric, NULL);
 	if (rc) {
 		snprintf(err, errlen, "fi_fabric(%s): %s", f->info->fabric_attr->name,
@@ -233,13 +51,20 @@ int dfi_fabric_open(const char *prov, const struct sockaddr_in *addr, const char
 			 fi_strerror(-rc));
 		goto err_fabric;
 	}
-	fill_limits(f->info, &f->lim);
-	dfi_info(DFI_SS_FABRIC, "opened %s fabric %s domain %s: iov %zu, queues %zu/%zu",
-		 f->lim.prov_name, f->lim.fabric_name, f->lim.domain_name,
-		 f->lim.iov_limit, f->lim.tx_size, f->lim.rx_size);
+	dfi_fabric_fill_limits(f->info, &f->lim);
+	if (f->be->open) {
+		rc = f->be->open(f, addr, err, errlen);
+		if (rc)
+			goto err_domain;
+	}
+	dfi_info(DFI_SS_FABRIC, "opened %s fabric %s domain %s, %s backend: iov %zu, "
+		 "queues %zu/%zu", f->lim.prov_name, f->lim.fabric_name, f->lim.domain_name,
+		 f->be->name, f->lim.iov_limit, f->lim.tx_size, f->lim.rx_size);
 	*out = f;
 	return 0;
 
+err_domain:
+	fi_close(&f->domain->fid);
 err_fabric:
 	fi_close(&f->fabric->fid);
 err_info:
@@ -254,6 +79,8 @@ void dfi_fabric_close(struct dfi_fabric *f)
 
 	if (!f)
 		return;
+	if (f->be->close)
+		f->be->close(f);
 	rc = fi_close(&f->domain->fid);
 	if (rc)
 		dfi_err(DFI_SS_FABRIC, "fi_close(domain): %s", fi_strerror(-rc));
@@ -269,50 +96,164 @@ const struct dfi_fabric_limits *dfi_fabric_limits(const struct dfi_fabric *f)
 	return &f->lim;
 }
 
-int dfi_mr_reg(struct dfi_fabric *f, const void *addr, size_t len, unsigned access,
-	       struct dfi_mr **out, uint32_t *key)
-{
-	struct dfi_mr *m = calloc(1, sizeof(*m));
-	uint64_t acc = 0, k;
-	int rc;
 
-	if (!m)
-		return -FI_ENOMEM;
-	if (access & DFI_MR_LOCAL_READ)
-		acc |= FI_SEND | FI_WRITE;
-	if (access & DFI_MR_LOCAL_WRITE)
-		acc |= FI_RECV | FI_READ;
-	if (access & DFI_MR_REMOTE_READ)
-		acc |= FI_REMOTE_READ;
-	if (access & DFI_MR_REMOTE_WRITE)
-		acc |= FI_REMOTE_WRITE;
-	rc = fi_mr_reg(f->domain, addr, len, acc, 0, 0, 0, &m->mr, NULL);
-	if (rc) {
-		dfi_err(DFI_SS_FABRIC, "fi_mr_reg(%p, %zu): %s", addr, len, fi_strerror(-rc));
-		free(m);
-		return rc;
-	}
-	k = fi_mr_key(m->mr);
-	if (k == FI_KEY_NOTAVAIL || k > UINT32_MAX) {
-		dfi_err(DFI_SS_FABRIC, "fi_mr_reg(%p, %zu): key 0x%llx does not fit DAT's "
-			"32-bit rmr_context", addr, len, (unsigned long long)k);
-		fi_close(&m->mr->fid);
-		free(m);
-		return -ERANGE;
-	}
-	*key = (uint32_t)k;
-	*out = m;
-	return 0;
+/* ------------------------------------------------------------- dispatch
+ * Each call goes to the backend of the object it is given (fabric_int.h). */
+
+int dfi_eq_open(struct dfi_fabric *f, struct dfi_eq **eq)
+{
+	return f->be->eq_open(f, eq);
 }
 
-void dfi_mr_dereg(struct dfi_mr *m)
+void dfi_eq_close(struct dfi_eq *eq)
 {
-	int rc;
+	if (eq)
+		eq->be->eq_close(eq);
+}
 
-	if (!m)
-		return;
-	rc = fi_close(&m->mr->fid);
-	if (rc)
-		dfi_err(DFI_SS_FABRIC, "fi_close(mr): %s", fi_strerror(-rc));
-	free(m);
+int dfi_eq_fd(struct dfi_eq *eq)
+{
+	return eq->be->eq_fd(eq);
+}
+
+int dfi_eq_trywait(struct dfi_eq *eq)
+{
+	return eq->be->eq_trywait(eq);
+}
+
+int dfi_eq_read(struct dfi_eq *eq, struct dfi_cm_event *ev)
+{
+	return eq->be->eq_read(eq, ev);
+}
+
+void dfi_connreq_free(struct dfi_eq *eq, void *req)
+{
+	eq->be->connreq_free(req);
+}
+
+void dfi_connreq_peer(struct dfi_eq *eq, void *req, struct sockaddr_in *peer)
+{
+	eq->be->connreq_peer(req, peer);
+}
+
+int dfi_pep_listen(struct dfi_fabric *f, struct dfi_eq *eq, uint16_t port, void *ctx,
+		   struct dfi_pep **pep, uint16_t *bound_port)
+{
+	return f->be->pep_listen(f, eq, port, ctx, pep, bound_port);
+}
+
+void dfi_pep_close(struct dfi_pep *pep)
+{
+	if (pep)
+		pep->be->pep_close(pep);
+}
+
+int dfi_pep_reject(struct dfi_pep *pep, void *req, const void *pdata, size_t plen)
+{
+	return pep->be->pep_reject(pep, req, pdata, plen);
+}
+
+int dfi_srx_open(struct dfi_fabric *f, size_t size, size_t iov_limit, struct dfi_srx **srx)
+{
+	return f->be->srx_open(f, size, iov_limit, srx);
+}
+
+void dfi_srx_close(struct dfi_srx *srx)
+{
+	if (srx)
+		srx->be->srx_close(srx);
+}
+
+int dfi_srx_post_recv(struct dfi_srx *srx, const struct dfi_sge *sg, int n, void *ctx)
+{
+	return srx->be->srx_post_recv(srx, sg, n, ctx);
+}
+
+int dfi_fep_open(struct dfi_fabric *f, struct dfi_eq *eq, void *req, struct dfi_cq *txcq,
+		 struct dfi_cq *rxcq, struct dfi_srx *srx, size_t tx_size, size_t rx_size,
+		 void *ctx, struct dfi_fep **fep)
+{
+	return f->be->fep_open(f, eq, req, txcq, rxcq, srx, tx_size, rx_size, ctx, fep);
+}
+
+int dfi_fep_connect(struct dfi_fep *fep, const struct sockaddr_in *dest, const void *pdata,
+		    size_t plen)
+{
+	return fep->be->fep_connect(fep, dest, pdata, plen);
+}
+
+int dfi_fep_accept(struct dfi_fep *fep, const void *pdata, size_t plen)
+{
+	return fep->be->fep_accept(fep, pdata, plen);
+}
+
+int dfi_fep_shutdown(struct dfi_fep *fep)
+{
+	return fep->be->fep_shutdown(fep);
+}
+
+void dfi_fep_cancel(struct dfi_fep *fep, void *ctx)
+{
+	fep->be->fep_cancel(fep, ctx);
+}
+
+void dfi_fep_close(struct dfi_fep *fep)
+{
+	if (fep)
+		fep->be->fep_close(fep);
+}
+
+int dfi_fep_peer(struct dfi_fep *fep, struct sockaddr_in *peer)
+{
+	return fep->be->fep_peer(fep, peer);
+}
+
+int dfi_fep_arm_liveness(struct dfi_fep *fep, unsigned timeout_ms, const struct sockaddr_in *dest)
+{
+	return fep->be->fep_arm_liveness(fep, timeout_ms, dest);
+}
+
+bool dfi_fep_aborted(const struct dfi_fep *fep)
+{
+	return fep->be->fep_aborted(fep);
+}
+
+DFI_HOT int dfi_post_send(struct dfi_fep *fep, const struct dfi_sge *sg, int n, void *ctx)
+{
+	return fep->be->post_send(fep, sg, n, ctx);
+}
+
+DFI_HOT int dfi_post_inject(struct dfi_fep *fep, const struct dfi_sge *sg, int n)
+{
+	return fep->be->post_inject(fep, sg, n);
+}
+
+DFI_HOT int dfi_post_recv(struct dfi_fep *fep, const struct dfi_sge *sg, int n, void *ctx)
+{
+	return fep->be->post_recv(fep, sg, n, ctx);
+}
+
+DFI_HOT int dfi_post_write(struct dfi_fep *fep, const struct dfi_sge *sg, int n, uint64_t raddr,
+			   uint32_t rkey, void *ctx)
+{
+	return fep->be->post_write(fep, sg, n, raddr, rkey, ctx);
+}
+
+DFI_HOT int dfi_post_read(struct dfi_fep *fep, const struct dfi_sge *sg, int n, uint64_t raddr,
+			  uint32_t rkey, void *ctx)
+{
+	return fep->be->post_read(fep, sg, n, raddr, rkey, ctx);
+}
+
+int dfi_post_senddata(struct dfi_fep *fep, uint64_t data, void *ctx)
+{
+	return fep->be->post_senddata(fep, data, ctx);
+}
+
+int dfi_post_atomic(struct dfi_fep *fep, enum dfi_atomic_op op, const uint64_t *operand,
+		    const uint64_t *compare, uint64_t *result, struct dfi_mr *result_mr,
+		    uint64_t raddr, uint32_t rkey, void *ctx)
+{
+	return fep->be->post_atomic(fep, op, operand, compare, result, result_mr, raddr, rkey,
+				    ctx);
 }

@@ -13,6 +13,11 @@
 struct dfi_fabric;
 struct dfi_mr;
 
+/* Which libfabric endpoint a fabric maps DAT endpoints onto (ia_params'
+ * ep=): FI_EP_MSG (msg/), FI_EP_RDM (rdm/), or MSG where the provider has
+ * it and RDM otherwise. */
+enum dfi_ep_kind { DFI_EP_ANY, DFI_EP_MSG, DFI_EP_RDM };
+
 struct dfi_fabric_limits {
 	size_t iov_limit;		/* local IOVs per message */
 	size_t rma_iov_limit;
@@ -22,6 +27,7 @@ struct dfi_fabric_limits {
 	size_t inject_size;		/* dfi_post_inject's limit (0: none) */
 	size_t cq_data_size;		/* bytes of remote CQ data a post may carry */
 	bool atomic;			/* FI_ATOMIC: dfi_post_atomic works */
+	bool rdm;			/* the RDM backend serves it (docs/rdm.md) */
 	unsigned prov_major, prov_minor;	/* the libfabric provider's version */
 	unsigned fi_major, fi_minor;		/* libfabric's */
 	char prov_name[64];
@@ -38,14 +44,15 @@ int dfi_resolve_ipv4(const char *where, struct sockaddr_in *out);
  * such provider), -ENODEV (it has no MSG endpoint on that address) or
  * another negative errno. */
 int dfi_fabric_open(const char *prov, const struct sockaddr_in *addr, const char *domain,
-		    struct dfi_fabric **out, char *err, size_t errlen);
+		    enum dfi_ep_kind kind, struct dfi_fabric **out, char *err, size_t errlen);
 void dfi_fabric_close(struct dfi_fabric *f);
 /* What dfi_fabric_open would open, found with the same fi_getinfo but not
  * opened (daplofi-info): its names and limits in *lim, or the same errors. */
 int dfi_fabric_probe(const char *prov, const struct sockaddr_in *addr, const char *domain,
-		     struct dfi_fabric_limits *lim, char *err, size_t errlen);
-/* The libfabric providers that offer the endpoint dapl-ofi asks for
- * (FI_EP_MSG, FI_MSG|FI_RMA) on some address, as "tcp, net, ...". */
+		     enum dfi_ep_kind kind, struct dfi_fabric_limits *lim, char *err, size_t errlen);
+/* The libfabric providers that offer an endpoint dapl-ofi serves on some
+ * address: FI_EP_MSG ones, then FI_EP_RDM ones marked so, as
+ * "tcp, net, shm (rdm), ...". */
 void dfi_fabric_providers(char *buf, size_t len);
 const struct dfi_fabric_limits *dfi_fabric_limits(const struct dfi_fabric *f);
 
@@ -98,9 +105,9 @@ int dfi_eq_fd(struct dfi_eq *eq);
 int dfi_eq_trywait(struct dfi_eq *eq);
 /* 1: an event was read; 0: none; -errno: failure. */
 int dfi_eq_read(struct dfi_eq *eq, struct dfi_cm_event *ev);
-void dfi_connreq_free(void *req);
+void dfi_connreq_free(struct dfi_eq *eq, void *req);
 /* The requesting peer's address. */
-void dfi_connreq_peer(void *req, struct sockaddr_in *peer);
+void dfi_connreq_peer(struct dfi_eq *eq, void *req, struct sockaddr_in *peer);
 
 /* Listen on addr:port (port 0: any).  -EADDRINUSE when taken. */
 int dfi_pep_listen(struct dfi_fabric *f, struct dfi_eq *eq, uint16_t port, void *ctx,
@@ -115,7 +122,7 @@ int dfi_pep_reject(struct dfi_pep *pep, void *req, const void *pdata, size_t ple
  * (DFI_EVQ_FILL_BATCH; checked in dto.c). */
 #define DFI_CQ_BATCH 64
 /* Laid out as libfabric's struct fi_cq_data_entry (context, flags, len,
- * buf, data: checked in cm.c), so that fi_cq_read fills an array of these
+ * buf, data: checked in cq.c), so that fi_cq_read fills an array of these
  * in place and err and imm take the flags' word: no bounce buffer, no
  * copy. */
 struct dfi_comp {
@@ -140,7 +147,7 @@ int dfi_cq_take(struct dfi_cq *cq, const struct dfi_comp **c, int n);
 /* 0: armed and empty; -EAGAIN: completions pending (read ahead included). */
 int dfi_cq_trywait(struct dfi_cq *cq);
 /* The fd that becomes readable when cq has completions (after a trywait).
- * A poll-fd CQ's fd is a mirror of the provider's poll fds (cm.c), brought
+ * A poll-fd CQ's fd is a mirror of the provider's poll fds (cq.c), brought
  * up to date for whoever sleeps on it:
  *   - the progress thread: dfi_cq_watch(cq, true), then dfi_cq_fd before
  *     each arm of the fd, dfi_cq_watch(cq, false) once it is out of its set;

@@ -4,8 +4,10 @@
 
 #include "fabric.h"
 
+#include <errno.h>
 #include <stdatomic.h>
 #include <sys/types.h>
+#include <sys/uio.h>
 
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
@@ -15,34 +17,131 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
 #include <rdma/fi_atomic.h>
+#include <rdma/fi_tagged.h>
 
 /* The largest send dfi_post_inject gathers on its stack (tcp's inject
  * size is 128 in libfabric 1.17). */
 #define DFI_INJECT_MAX	256
 
+/*
+ * A backend: how DAT endpoints map onto one kind of libfabric endpoint.
+ * msg/ maps each onto an FI_EP_MSG endpoint of its own; rdm/ multiplexes
+ * them over shared FI_EP_RDM endpoints with connection ids and tags
+ * (docs/rdm.md).  The DAT layer calls fabric.h, whose functions dispatch
+ * here through the object's backend, as libfabric's fids do through their
+ * ops.  CQs and memory registrations are the domain's: shared (cq.c, mr.c).
+ */
+struct dfi_backend {
+	const char *name;		/* "msg", "rdm" */
+	int (*open)(struct dfi_fabric *f, const struct sockaddr_in *addr, char *err,
+		    size_t errlen);
+	void (*close)(struct dfi_fabric *f);
+	/* cq is about to close: whatever the backend bound to it goes first */
+	void (*cq_closing)(struct dfi_fabric *f, struct dfi_cq *cq);
+
+	int (*eq_open)(struct dfi_fabric *f, struct dfi_eq **eq);
+	void (*eq_close)(struct dfi_eq *eq);
+	int (*eq_fd)(struct dfi_eq *eq);
+	int (*eq_trywait)(struct dfi_eq *eq);
+	int (*eq_read)(struct dfi_eq *eq, struct dfi_cm_event *ev);
+	void (*connreq_free)(void *req);
+	void (*connreq_peer)(void *req, struct sockaddr_in *peer);
+
+	int (*pep_listen)(struct dfi_fabric *f, struct dfi_eq *eq, uint16_t port, void *ctx,
+			  struct dfi_pep **pep, uint16_t *bound_port);
+	void (*pep_close)(struct dfi_pep *pep);
+	int (*pep_reject)(struct dfi_pep *pep, void *req, const void *pdata, size_t plen);
+
+	int (*srx_open)(struct dfi_fabric *f, size_t size, size_t iov_limit, struct dfi_srx **srx);
+	void (*srx_close)(struct dfi_srx *srx);
+	int (*srx_post_recv)(struct dfi_srx *srx, const struct dfi_sge *sg, int n, void *ctx);
+
+	int (*fep_open)(struct dfi_fabric *f, struct dfi_eq *eq, void *req, struct dfi_cq *txcq,
+			struct dfi_cq *rxcq, struct dfi_srx *srx, size_t tx_size, size_t rx_size,
+			void *ctx, struct dfi_fep **fep);
+	int (*fep_connect)(struct dfi_fep *fep, const struct sockaddr_in *dest, const void *pdata,
+			   size_t plen);
+	int (*fep_accept)(struct dfi_fep *fep, const void *pdata, size_t plen);
+	int (*fep_shutdown)(struct dfi_fep *fep);
+	void (*fep_cancel)(struct dfi_fep *fep, void *ctx);
+	void (*fep_close)(struct dfi_fep *fep);
+	int (*fep_peer)(struct dfi_fep *fep, struct sockaddr_in *peer);
+	int (*fep_arm_liveness)(struct dfi_fep *fep, unsigned timeout_ms,
+				const struct sockaddr_in *dest);
+	bool (*fep_aborted)(const struct dfi_fep *fep);
+
+	int (*post_send)(struct dfi_fep *fep, const struct dfi_sge *sg, int n, void *ctx);
+	int (*post_inject)(struct dfi_fep *fep, const struct dfi_sge *sg, int n);
+	int (*post_recv)(struct dfi_fep *fep, const struct dfi_sge *sg, int n, void *ctx);
+	int (*post_write)(struct dfi_fep *fep, const struct dfi_sge *sg, int n, uint64_t raddr,
+			  uint32_t rkey, void *ctx);
+	int (*post_read)(struct dfi_fep *fep, const struct dfi_sge *sg, int n, uint64_t raddr,
+			 uint32_t rkey, void *ctx);
+	int (*post_senddata)(struct dfi_fep *fep, uint64_t data, void *ctx);
+	int (*post_atomic)(struct dfi_fep *fep, enum dfi_atomic_op op, const uint64_t *operand,
+			   const uint64_t *compare, uint64_t *result, struct dfi_mr *result_mr,
+			   uint64_t raddr, uint32_t rkey, void *ctx);
+};
+
+extern const struct dfi_backend dfi_msg_backend;
+extern const struct dfi_backend dfi_rdm_backend;
+
+/* Each backend's objects begin with their backend (container_of style). */
+struct dfi_eq { const struct dfi_backend *be; };
+struct dfi_pep { const struct dfi_backend *be; };
+struct dfi_fep { const struct dfi_backend *be; };
+struct dfi_srx { const struct dfi_backend *be; };
+
 struct dfi_fabric {
+	const struct dfi_backend *be;
+	void *priv;			/* the backend's (rdm: its endpoints, AV, ids) */
 	struct fi_info *info;
 	struct fid_fabric *fabric;
 	struct fid_domain *domain;
 	struct dfi_fabric_limits lim;
+	atomic_uint next_key;		/* mr.c, without FI_MR_PROV_KEY */
 };
 
 struct dfi_mr {
 	struct fid_mr *mr;
 };
 
-struct dfi_fep {
-	struct fid_ep *ep;
-	int sock;		/* its socket, once armed (liveness.c); else -1 */
-};
+/* info.c: the fi_info dfi_fabric_open opens (see dfi_fabric_probe). */
+int dfi_fabric_getinfo(const char *prov, const struct sockaddr_in *addr, const char *domain,
+		       enum dfi_ep_kind kind, struct fi_info **out, char *err, size_t errlen);
+void dfi_fabric_fill_limits(const struct fi_info *i, struct dfi_fabric_limits *l);
+
+/* Shared by the posts of both backends. */
+static inline int dfi_post_rc(ssize_t rc)
+{
+	return rc == -FI_EAGAIN ? -EAGAIN : (int)rc;
+}
+
+static inline void *dfi_sge_desc(const struct dfi_sge *sg)
+{
+	return sg->mr ? fi_mr_desc(sg->mr->mr) : NULL;
+}
+
+static inline int dfi_fill_iov(const struct dfi_sge *sg, int n, struct iovec *iov, void **desc)
+{
+	if (n > DFI_MAX_SGE)
+		return -EINVAL;
+	for (int i = 0; i < n; i++) {
+		iov[i].iov_base = sg[i].addr;
+		iov[i].iov_len = sg[i].len;
+		desc[i] = dfi_sge_desc(&sg[i]);
+	}
+	return 0;
+}
 
 struct dfi_cq {
 	struct fid_cq *cq;
 	struct fid_fabric *fabric;	/* for fi_trywait */
+	struct dfi_fabric *owner;	/* its backend hears of its close */
 	int fd;
 	/* A CQ with a poll-fd wait object (FI_WAIT_POLLFD, tcp's for
 	 * FI_WAIT_UNSPEC) has no fd of its own: fd is then an epoll set of
-	 * ours that mirrors its poll fds (cm.c, mirror_sync).  NULL: fd is
+	 * ours that mirrors its poll fds (cq.c, mirror_sync).  NULL: fd is
 	 * the provider's (FI_WAIT_FD). */
 	struct dfi_cq_mirror *mirror;
 	/* The progress thread has fd in its epoll set (dfi_cq_watch): a
@@ -54,23 +153,6 @@ struct dfi_cq {
 	int ahead_pos, ahead_n;
 	struct dfi_comp ahead[DFI_CQ_BATCH];
 };
-
-/* halfreq.c: the connections a tcp listener at `me` has accepted and not
- * read a request from, reset (but skip_fd); up to max, recorded in h.  0
- * when none. */
-struct dfi_halfreq {
-	int fd;
-	dev_t dev;
-	ino_t ino;
-};
-int dfi_halfreq_break(const struct sockaddr_in *me, int skip_fd, struct dfi_halfreq *h, int max);
-/* h's socket is still open (libfabric has not closed it yet). */
-bool dfi_halfreq_open(const struct dfi_halfreq *h);
-/* The listening socket at `me` stops taking connections (its backlog is
- * reset), its fd and libfabric's listener staying open: that fd (which
- * dfi_halfreq_break must then skip: it no longer looks like a listener),
- * or -ENOENT. */
-int dfi_halfreq_stop_listening(const struct sockaddr_in *me);
 
 /* Call visit(fd, arg) on each open descriptor of the process (but the
  * walk's own) until it returns true: that fd, -1 if none did, or -errno

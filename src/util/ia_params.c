@@ -84,12 +84,16 @@ void dfi_ia_params_parse(const char *params, struct dfi_config *c)
 		else if (strcmp(tok, "ext") == 0 &&
 			 (strcmp(eq + 1, "ib") == 0 || strcmp(eq + 1, "ofi") == 0))
 			c->ext_ofi = eq[1] == 'o';
+		else if (strcmp(tok, "ep") == 0 &&
+			 (strcmp(eq + 1, "msg") == 0 || strcmp(eq + 1, "rdm") == 0))
+			c->ep = eq[1] == 'm' ? DFI_CFG_EP_MSG : DFI_CFG_EP_RDM;
 		else if (strcmp(tok, "mtu") == 0 || strcmp(tok, "rdma_read") == 0 ||
-			 strcmp(tok, "domain") == 0 || strcmp(tok, "ext") == 0)
+			 strcmp(tok, "domain") == 0 || strcmp(tok, "ext") == 0 ||
+			 strcmp(tok, "ep") == 0)
 			cfg_error(c, DFI_CFG_VALUE, tok, "bad value '%s' for %s", eq + 1, tok);
 		else
 			cfg_error(c, DFI_CFG_KEY, tok,
-				  "unknown option '%s' (known: mtu, rdma_read, domain, ext)", tok);
+				  "unknown option '%s' (known: mtu, rdma_read, domain, ext, ep)", tok);
 	}
 	if (!c->prov_name[0] || !c->where[0])
 		cfg_error(c, DFI_CFG_SHAPE, NULL,

@@ -4,7 +4,9 @@
  *       domain=<libfabric domain name>, ext=ib|ofi (what the IA reports as
  *       extension_supported: DAT_EXTENSION_IB, the default, or the upcall
  *       extension's DAT_OFI_EXTENSION for programs built before both were
- *       served at once; both extensions' ops work either way).
+ *       served at once; both extensions' ops work either way),
+ *       ep=msg|rdm (the libfabric endpoint type DAT endpoints map onto; by
+ *       default FI_EP_MSG where the provider has it, FI_EP_RDM otherwise).
  * One parser for the library (dat_provider_init) and daplofi-info. */
 #ifndef DFI_IA_PARAMS_H
 #define DFI_IA_PARAMS_H
@@ -30,10 +32,14 @@ struct dfi_config {
 	unsigned mtu;			/* exported as DAT_IB_TRANSPORT_MTU */
 	bool rdma_read;			/* exported as DAT_IB_RDMA_READ */
 	bool ext_ofi;			/* ext=ofi: report DAT_OFI_EXTENSION */
+	enum { DFI_CFG_EP_ANY, DFI_CFG_EP_MSG, DFI_CFG_EP_RDM } ep;	/* ep= */
 	enum dfi_cfg_err err;		/* the first problem found */
 	char bad[128];			/* the word it is about, if any */
 	char error[256];		/* non-empty: ia_params did not parse */
 };
+
+/* ep= as the fabric layer's enum dfi_ep_kind (the same order). */
+#define dfi_cfg_ep_kind(c) ((enum dfi_ep_kind)(c)->ep)
 
 /* Parse params into c (defaults first); c->error says why on failure. */
 void dfi_ia_params_parse(const char *params, struct dfi_config *c);

@@ -19,7 +19,7 @@
  * Only on libfabric before 1.18: from 1.18 on, tcp is the net code, whose
  * error path (xnet_recv_conn_req) reads the listener as well.
  */
-#include "fabric_int.h"
+#include "msg.h"
 #include "util/log.h"
 
 #include <errno.h>

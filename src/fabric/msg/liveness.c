@@ -14,8 +14,8 @@
  * dfi_fep_aborted tells that apart from the peer's close.  Nothing runs
  * on the data path; the design note is docs/liveness.md.
  */
-#include "fabric_int.h"
-#include "keepalive.h"
+#include "msg.h"
+#include "fabric/keepalive.h"
 
 #include <errno.h>
 #include <netinet/in.h>
@@ -85,8 +85,9 @@ static int find_sock(const struct sockaddr_in *self, const struct sockaddr_in *p
 	return fd < 0 ? -1 : fd;
 }
 
-int dfi_fep_arm_liveness(struct dfi_fep *e, unsigned timeout_ms, const struct sockaddr_in *dest)
+int dfi_msg_arm_liveness(struct dfi_fep *fe, unsigned timeout_ms, const struct sockaddr_in *dest)
 {
+	struct msg_fep *e = MSG_FEP(fe);
 	struct sockaddr_in self, peer;
 	size_t len = sizeof(self);
 	int fd;
@@ -117,7 +118,9 @@ int dfi_fep_arm_liveness(struct dfi_fep *e, unsigned timeout_ms, const struct so
 	return 0;
 }
 
-bool dfi_fep_aborted(const struct dfi_fep *e)
+bool dfi_msg_aborted(const struct dfi_fep *fe)
 {
+	const struct msg_fep *e = (const struct msg_fep *)fe;
+
 	return e->sock >= 0 && dfi_sock_aborted(e->sock);
 }

@@ -1,0 +1,266 @@
+/* Finding what an IA opens: its address, and the libfabric provider's
+ * fi_info for the backend that serves it (msg or rdm), with the reason. */
+#include "fabric_int.h"
+#include "util/ia_params.h"
+#include "util/log.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdbool.h>
+#include <ifaddrs.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DFI_FI_VERSION FI_VERSION(1, 17)
+
+_Static_assert(DFI_EP_ANY == (int)DFI_CFG_EP_ANY && DFI_EP_MSG == (int)DFI_CFG_EP_MSG &&
+	       DFI_EP_RDM == (int)DFI_CFG_EP_RDM, "ia_params' ep= is a dfi_ep_kind");
+
+int dfi_resolve_ipv4(const char *where, struct sockaddr_in *out)
+{
+	struct ifaddrs *ifa, *i;
+	struct addrinfo hints = { .ai_family = AF_INET }, *res;
+	bool iface_seen = false;
+
+	memset(out, 0, sizeof(*out));
+	out->sin_family = AF_INET;
+	/* 1. a network interface, as cma does */
+	if (getifaddrs(&ifa) != 0) {
+		/* no descriptor for its netlink socket is not a missing
+		 * interface: the caller says what it is */
+		if (errno == EMFILE || errno == ENFILE || errno == ENOMEM)
+			return -errno;
+		ifa = NULL;
+	}
+	if (ifa) {
+		for (i = ifa; i; i = i->ifa_next) {
+			if (strcmp(i->ifa_name, where) != 0)
+				continue;
+			iface_seen = true;
+			if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET) {
+				out->sin_addr = ((struct sockaddr_in *)i->ifa_addr)->sin_addr;
+				freeifaddrs(ifa);
+				return 0;
+			}
+		}
+		freeifaddrs(ifa);
+	}
+	if (iface_seen)
+		return -EADDRNOTAVAIL;
+	/* 2. an IPv4 literal */
+	if (inet_pton(AF_INET, where, &out->sin_addr) == 1)
+		return 0;
+	/* 3. a host name */
+	if (getaddrinfo(where, NULL, &hints, &res) == 0) {
+		out->sin_addr = ((struct sockaddr_in *)res->ai_addr)->sin_addr;
+		freeaddrinfo(res);
+		return 0;
+	}
+	return -ENOENT;
+}
+
+/* Hints for an FI_EP_MSG endpoint (FI_MSG|FI_RMA: the MSG backend's) or
+ * an FI_EP_RDM one (FI_TAGGED|FI_RMA, sends in order: the RDM backend's,
+ * docs/rdm.md). */
+static struct fi_info *make_hints(const char *prov, const char *domain, enum fi_ep_type type)
+{
+	struct fi_info *h = fi_allocinfo();
+
+	if (!h)
+		return NULL;
+	h->ep_attr->type = type;
+	if (type == FI_EP_MSG) {
+		h->caps = FI_MSG | FI_RMA;
+		h->addr_format = FI_SOCKADDR_IN;
+	} else {
+		/* receives find their DAT endpoint by tag; a DAT send must
+		 * land after the sends before it */
+		h->caps = FI_TAGGED | FI_RMA;
+		h->tx_attr->msg_order = FI_ORDER_SAS;
+		h->rx_attr->msg_order = FI_ORDER_SAS;
+	}
+	/* No mode bits: the context of every post is our own descriptor, with
+	 * no struct fi_context in front for a provider to write in.  A
+	 * provider that needs FI_CONTEXT is not offered rather than handed
+	 * memory it would scribble on (tcp, verbs and sockets MSG endpoints,
+	 * shm and tcp;ofi_rxm RDM endpoints need none). */
+	h->mode = 0;
+	h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED |
+				  FI_MR_PROV_KEY;
+	h->domain_attr->threading = FI_THREAD_SAFE;
+	if (prov)
+		h->fabric_attr->prov_name = strdup(prov);
+	if (domain && *domain)
+		h->domain_attr->name = strdup(domain);
+	return h;
+}
+
+/* Is `prov` a libfabric provider at all?  Tells the two ENODATA apart. */
+static bool provider_exists(const char *prov)
+{
+	struct fi_info *h = fi_allocinfo(), *info = NULL;
+	bool found;
+
+	if (!h)
+		return true;
+	h->fabric_attr->prov_name = strdup(prov);
+	found = fi_getinfo(DFI_FI_VERSION, NULL, NULL, 0, h, &info) == 0;
+	fi_freeinfo(info);
+	fi_freeinfo(h);
+	return found;
+}
+
+/* One fi_getinfo of endpoint type `type`, atomics and deep queues asked
+ * for first: tcp and net 1.17 answer ENODATA to FI_ATOMIC, and are asked
+ * again without; queues are what the provider grants otherwise.  node
+ * NULL: the provider's own addressing (shm names its endpoints). */
+static int getinfo_type(const char *prov, const char *node, const char *domain,
+			enum fi_ep_type type, struct fi_info **out)
+{
+	struct fi_info *hints = make_hints(prov, domain, type);
+	int rc = -FI_ENODATA;
+
+	if (!hints)
+		return -FI_ENOMEM;
+	/* An RDM provider that can progress by itself is asked to first:
+	 * tcp;ofi_rxm makes its connections underneath at the first send,
+	 * and with automatic progress a thread of its own answers the peer's
+	 * half even while that peer's consumer calls nothing.  Without
+	 * atomics: with FI_ATOMIC, rxm 1.17's thread polls fds that its close
+	 * never signals (rxm_cm_atomic_progress), and fi_close hangs. */
+	static const struct { bool rdm_only, atomic; enum fi_progress progress; } tries[] = {
+		{ true, false, FI_PROGRESS_AUTO },
+		{ false, true, FI_PROGRESS_UNSPEC },
+		{ false, false, FI_PROGRESS_UNSPEC },
+	};
+
+	for (size_t k = 0; k < sizeof(tries) / sizeof(tries[0]) && rc == -FI_ENODATA; k++) {
+		if (tries[k].rdm_only && type != FI_EP_RDM)
+			continue;
+		hints->domain_attr->data_progress = tries[k].progress;
+		hints->caps = tries[k].atomic ? hints->caps | FI_ATOMIC : hints->caps & ~FI_ATOMIC;
+		hints->tx_attr->size = 1024;
+		hints->rx_attr->size = 1024;
+		rc = fi_getinfo(DFI_FI_VERSION, node, NULL, node ? FI_SOURCE : 0, hints, out);
+		if (rc == -FI_ENODATA) {
+			hints->tx_attr->size = 0;
+			hints->rx_attr->size = 0;
+			rc = fi_getinfo(DFI_FI_VERSION, node, NULL, node ? FI_SOURCE : 0, hints,
+					out);
+		}
+	}
+	if (rc)
+		*out = NULL;
+	fi_freeinfo(hints);
+	return rc;
+}
+
+/* The fi_info dfi_fabric_open opens: provider prov bound to addr (and
+ * domain, if given), the backend chosen by kind.  DFI_EP_ANY: an FI_EP_MSG
+ * endpoint where the provider has one (each DAT endpoint its own
+ * libfabric endpoint, as verbs RC), FI_EP_RDM otherwise.  Errors as
+ * dfi_fabric_open's, with the reason in err. */
+int dfi_fabric_getinfo(const char *prov, const struct sockaddr_in *addr, const char *domain,
+		       enum dfi_ep_kind kind, struct fi_info **out, char *err, size_t errlen)
+{
+	char node[INET_ADDRSTRLEN];
+	int rc = -FI_ENODATA;
+
+	*out = NULL;
+	inet_ntop(AF_INET, &addr->sin_addr, node, sizeof(node));
+	if (kind != DFI_EP_RDM)
+		rc = getinfo_type(prov, node, domain, FI_EP_MSG, out);
+	if (rc == -FI_ENODATA && kind != DFI_EP_MSG) {
+		/* bound to the IA's address where the provider addresses by
+		 * IP (tcp;ofi_rxm); else its own names (shm) */
+		rc = getinfo_type(prov, node, domain, FI_EP_RDM, out);
+		if (rc == -FI_ENODATA)
+			rc = getinfo_type(prov, NULL, domain, FI_EP_RDM, out);
+	}
+	if (rc == 0)
+		return 0;
+	if (rc == -FI_ENODATA && !provider_exists(prov)) {
+		snprintf(err, errlen, "libfabric has no provider '%s' (fi_info -l "
+			 "lists them): fi_getinfo: %s", prov, fi_strerror(-rc));
+		return -ENOENT;
+	}
+	snprintf(err, errlen, "libfabric provider '%s' offers %s on %s%s%s: fi_getinfo: %s",
+		 prov, kind == DFI_EP_MSG ? "no FI_EP_MSG endpoint with FI_MSG|FI_RMA" :
+		 kind == DFI_EP_RDM ? "no FI_EP_RDM endpoint with FI_TAGGED|FI_RMA and "
+		 "ordered sends" : "neither an FI_EP_MSG endpoint with FI_MSG|FI_RMA nor an "
+		 "FI_EP_RDM endpoint with FI_TAGGED|FI_RMA and ordered sends",
+		 node, domain && *domain ? " in domain " : "", domain ? domain : "",
+		 fi_strerror(-rc));
+	return rc == -FI_ENODATA ? -ENODEV : rc;
+}
+
+void dfi_fabric_fill_limits(const struct fi_info *i, struct dfi_fabric_limits *l)
+{
+	l->rdm = i->ep_attr->type == FI_EP_RDM;
+	l->iov_limit = i->tx_attr->iov_limit;
+	l->rma_iov_limit = i->tx_attr->rma_iov_limit;
+	l->tx_size = i->tx_attr->size;
+	l->rx_size = i->rx_attr->size;
+	l->max_msg_size = i->ep_attr->max_msg_size;
+	l->mr_key_size = i->domain_attr->mr_key_size;
+	l->cq_data_size = i->domain_attr->cq_data_size;
+	l->atomic = (i->caps & FI_ATOMIC) != 0;
+	l->inject_size = i->tx_attr->inject_size < DFI_INJECT_MAX ? i->tx_attr->inject_size :
+								      DFI_INJECT_MAX;
+	l->prov_major = FI_MAJOR(i->fabric_attr->prov_version);
+	l->prov_minor = FI_MINOR(i->fabric_attr->prov_version);
+	l->fi_major = FI_MAJOR(fi_version());
+	l->fi_minor = FI_MINOR(fi_version());
+	snprintf(l->prov_name, sizeof(l->prov_name), "%s", i->fabric_attr->prov_name);
+	snprintf(l->fabric_name, sizeof(l->fabric_name), "%s", i->fabric_attr->name);
+	snprintf(l->domain_name, sizeof(l->domain_name), "%s", i->domain_attr->name);
+}
+
+int dfi_fabric_probe(const char *prov, const struct sockaddr_in *addr, const char *domain,
+		     enum dfi_ep_kind kind, struct dfi_fabric_limits *lim, char *err, size_t errlen)
+{
+	struct fi_info *info;
+	int rc = dfi_fabric_getinfo(prov, addr, domain, kind, &info, err, errlen);
+
+	if (rc == 0)
+		dfi_fabric_fill_limits(info, lim);
+	fi_freeinfo(info);
+	return rc;
+}
+
+/* Append to buf[*used..len) each provider with an endpoint of type `type`
+ * (once: libfabric gives one fi_info per interface), marked by tag. */
+static void providers_of(enum fi_ep_type type, const char *tag, char *buf, size_t len,
+			 size_t *used)
+{
+	struct fi_info *hints = make_hints(NULL, NULL, type), *info = NULL, *i, *j;
+
+	if (!hints || fi_getinfo(DFI_FI_VERSION, NULL, NULL, 0, hints, &info) != 0)
+		info = NULL;
+	for (i = info; i && *used < len; i = i->next) {
+		const char *name = i->fabric_attr->prov_name;
+		int n;
+
+		for (j = info; j != i; j = j->next)
+			if (strcmp(j->fabric_attr->prov_name, name) == 0)
+				break;
+		if (j != i)
+			continue;
+		n = snprintf(buf + *used, len - *used, "%s%s%s", *used ? ", " : "", name, tag);
+		*used += n > 0 ? (size_t)n : 0;
+	}
+	fi_freeinfo(info);
+	fi_freeinfo(hints);
+}
+
+void dfi_fabric_providers(char *buf, size_t len)
+{
+	size_t used = 0;
+
+	if (len)
+		buf[0] = '\0';
+	providers_of(FI_EP_MSG, "", buf, len, &used);
+	providers_of(FI_EP_RDM, " (rdm)", buf, len, &used);
+}

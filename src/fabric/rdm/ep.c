@@ -1,0 +1,645 @@
+/*
+ * The RDM backend's endpoints and connection management (docs/rdm.md):
+ * the IA's address vector and shared FI_EP_RDM endpoints, connection ids,
+ * and the event queue, listeners and connections of rcm.c translated into
+ * the fabric layer's CM events.
+ */
+#include "rdm.h"
+#include "util/arena.h"
+#include "util/log.h"
+#include "util/param.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------- the fabric */
+
+static int rdm_open(struct dfi_fabric *f, const struct sockaddr_in *addr, char *err,
+		    size_t errlen)
+{
+	struct fi_av_attr attr = { .type = FI_AV_TABLE };
+	struct rdm_fabric *rf = calloc(1, sizeof(*rf));
+	long timeout = dfi_param_int(DFI_P_PEER_TIMEOUT_MS);
+	int rc;
+
+	if (!rf) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	rf->f = f;
+	pthread_mutex_init(&rf->lock, NULL);
+	rc = fi_av_open(f->domain, &attr, &rf->av, NULL);
+	if (rc) {
+		snprintf(err, errlen, "fi_av_open: %s", fi_strerror(-rc));
+		goto err;
+	}
+	/* the connection manager listens and connects on the IA's address,
+	 * as the MSG backend's libfabric CM does */
+	rc = dfi_rcm_open(addr, timeout > 0 ? (unsigned)timeout : 0, &rf->cm);
+	if (rc) {
+		snprintf(err, errlen, "the RDM connection manager on the IA's address: %s",
+			 strerror(-rc));
+		goto err_av;
+	}
+	f->priv = rf;
+	return 0;
+err_av:
+	fi_close(&rf->av->fid);
+err:
+	pthread_mutex_destroy(&rf->lock);
+	free(rf);
+	return rc;
+}
+
+static void rdm_close(struct dfi_fabric *f)
+{
+	struct rdm_fabric *rf = f->priv;
+
+	if (!rf)
+		return;
+	/* every endpoint was closed first (the IA's objects go before it) */
+	for (struct rdm_ep *r = rf->eps, *next; r; r = next) {
+		next = r->next;
+		fi_close(&r->ep->fid);
+		free(r);
+	}
+	dfi_rcm_close(rf->cm);
+	fi_close(&rf->av->fid);
+	free(rf->slots);
+	pthread_mutex_destroy(&rf->lock);
+	free(rf);
+	f->priv = NULL;
+}
+
+/* ------------------------------------------------------ connection ids */
+
+/* A free id for e, with its slot's generation (lock held).  0: none. */
+static uint32_t id_get(struct rdm_fabric *rf, struct rdm_fep *e)
+{
+	uint32_t id = rf->free_head;
+
+	if (!id) {
+		uint32_t n = rf->nslots ? 2 * rf->nslots : 64;
+		struct rdm_slot *s;
+
+		if (n > (1u << 24))	/* 16 M connections per IA */
+			return 0;
+		s = realloc(rf->slots, n * sizeof(*s));
+		if (!s)
+			return 0;
+		memset(s + rf->nslots, 0, (n - rf->nslots) * sizeof(*s));
+		for (uint32_t i = rf->nslots; i < n; i++)
+			s[i].next_free = i + 2 <= n ? i + 2 : 0;
+		rf->free_head = rf->nslots + 1;
+		rf->slots = s;
+		rf->nslots = n;
+		id = rf->free_head;
+	}
+	rf->free_head = rf->slots[id - 1].next_free;
+	rf->slots[id - 1].fep = e;
+	return id;
+}
+
+/* The id goes back, its generation bumped: a message still in flight for
+ * the old one matches no receive of the next holder (lock held). */
+static void id_put(struct rdm_fabric *rf, uint32_t id)
+{
+	struct rdm_slot *s = &rf->slots[id - 1];
+
+	s->fep = NULL;
+	s->gen = (uint16_t)((s->gen + 1) & RDM_GEN_MASK);
+	s->next_free = rf->free_head;
+	rf->free_head = id;
+}
+
+/* ------------------------------------------------- shared RDM endpoints */
+
+/* The RDM endpoint of the CQ pair, opened at its first user (lock held). */
+static int rep_get(struct rdm_fabric *rf, struct dfi_cq *txcq, struct dfi_cq *rxcq,
+		   struct rdm_ep **out)
+{
+	struct dfi_fabric *f = rf->f;
+	struct rdm_ep *r;
+	int rc;
+
+	for (r = rf->eps; r; r = r->next)
+		if (r->txcq == txcq && r->rxcq == rxcq) {
+			r->refs++;
+			*out = r;
+			return 0;
+		}
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return -ENOMEM;
+	rc = fi_endpoint(f->domain, f->info, &r->ep, NULL);
+	if (rc) {
+		dfi_err(DFI_SS_FABRIC, "fi_endpoint(RDM): %s", fi_strerror(-rc));
+		free(r);
+		return rc;
+	}
+	rc = fi_ep_bind(r->ep, &rf->av->fid, 0);
+	if (!rc && txcq == rxcq)
+		rc = fi_ep_bind(r->ep, &txcq->cq->fid, FI_TRANSMIT | FI_RECV);
+	else {
+		if (!rc)
+			rc = fi_ep_bind(r->ep, &txcq->cq->fid, FI_TRANSMIT);
+		if (!rc)
+			rc = fi_ep_bind(r->ep, &rxcq->cq->fid, FI_RECV);
+	}
+	if (!rc)
+		rc = fi_enable(r->ep);
+	r->addr_len = sizeof(r->addr);
+	if (!rc)
+		rc = fi_getname(&r->ep->fid, r->addr, &r->addr_len);
+	if (rc) {
+		dfi_err(DFI_SS_FABRIC, "binding/enabling/naming the RDM endpoint: %s",
+			fi_strerror(-rc));
+		fi_close(&r->ep->fid);
+		free(r);
+		return rc;
+	}
+	r->txcq = txcq;
+	r->rxcq = rxcq;
+	r->refs = 1;
+	r->next = rf->eps;
+	rf->eps = r;
+	*out = r;
+	return 0;
+}
+
+/* Its last user gone, it stays open for the next one on the same CQs: it
+ * closes with the first of its CQs (rdm_cq_closing).  tcp;ofi_rxm 1.17
+ * leaves a closed endpoint's inner CQ in the wait set of each CQ it was
+ * bound to (rxm_ep_close never deletes what rxm_ep_wait_fd_add added),
+ * and the next fi_trywait on that CQ calls into freed memory. */
+static void rep_put(struct rdm_fabric *rf, struct rdm_ep *r)
+{
+	(void)rf;
+	r->refs--;
+}
+
+/* A CQ closes: the RDM endpoints bound to it, unused by now (the DAT
+ * layer frees an EVD only once no EP uses it), close before it. */
+static void rdm_cq_closing(struct dfi_fabric *f, struct dfi_cq *cq)
+{
+	struct rdm_fabric *rf = f->priv;
+	struct rdm_ep **pp, *r;
+
+	if (!rf)
+		return;
+	pthread_mutex_lock(&rf->lock);
+	for (pp = &rf->eps; (r = *pp);) {
+		if (r->txcq != cq && r->rxcq != cq) {
+			pp = &r->next;
+			continue;
+		}
+		if (r->refs)
+			dfi_err(DFI_SS_FABRIC, "CQ %p closes under %d endpoint(s)", (void *)cq,
+				r->refs);
+		*pp = r->next;
+		fi_close(&r->ep->fid);
+		free(r);
+	}
+	pthread_mutex_unlock(&rf->lock);
+}
+
+/* The peer's RDM endpoint in the AV (lock held): its fi_addr.  Inserting
+ * an address again gives the same entry on the util AVs (tcp;ofi_rxm,
+ * shm), so connections to one peer share it. */
+static int peer_insert(struct rdm_fabric *rf, const struct dfi_rcm_end *remote, fi_addr_t *out)
+{
+	int n = fi_av_insert(rf->av, remote->addr, 1, out, 0, NULL);
+
+	if (n != 1) {
+		dfi_err(DFI_SS_FABRIC, "fi_av_insert of a peer's address (%u bytes): %s",
+			remote->addr_len, n < 0 ? fi_strerror(-n) : "not inserted");
+		return n < 0 ? n : -EINVAL;
+	}
+	return 0;
+}
+
+static void self_end(const struct rdm_fep *e, struct dfi_rcm_end *end)
+{
+	memset(end, 0, sizeof(*end));
+	end->id = e->id;
+	end->gen = e->gen;
+	end->addr_len = (uint16_t)e->rep->addr_len;
+	memcpy(end->addr, e->rep->addr, e->rep->addr_len);
+}
+
+/* ------------------------------------------------------------ the EQ */
+
+static int rdm_eq_open(struct dfi_fabric *f, struct dfi_eq **out)
+{
+	struct rdm_eq *q = calloc(1, sizeof(*q));
+
+	if (!q)
+		return -ENOMEM;
+	q->base.be = &dfi_rdm_backend;
+	q->rf = f->priv;
+	*out = &q->base;
+	return 0;
+}
+
+static void rdm_eq_close(struct dfi_eq *q)
+{
+	free(q);
+}
+
+static int rdm_eq_fd(struct dfi_eq *q)
+{
+	return dfi_rcm_fd(((struct rdm_eq *)q)->rf->cm);
+}
+
+/* rcm's fd is an epoll set, level-triggered, and an event it queued
+ * keeps its eventfd readable: nothing to arm. */
+static int rdm_eq_trywait(struct dfi_eq *q)
+{
+	(void)q;
+	return 0;
+}
+
+/* The connection ended: the endpoint's control channel goes (lock held). */
+static void conn_gone(struct rdm_fep *e)
+{
+	dfi_rcm_conn_free(e->conn);
+	e->conn = NULL;
+}
+
+/* One rcm event as a CM event (lock held).  false: nothing to report. */
+static bool translate(struct rdm_fabric *rf, struct dfi_rcm_event *r, struct dfi_cm_event *ev)
+{
+	struct rdm_fep *e = r->type == DFI_RCM_CONNREQ ? NULL : r->ctx;
+	struct rdm_req *req;
+
+	memset(ev, 0, offsetof(struct dfi_cm_event, pdata));
+	switch (r->type) {
+	case DFI_RCM_CONNREQ:
+		req = calloc(1, sizeof(*req));
+		if (!req) {
+			if (dfi_rcm_reject(r->conn, DFI_RDM_REJ_RESOURCES, NULL, 0))
+				dfi_rcm_conn_free(r->conn);
+			return false;
+		}
+		req->rf = rf;
+		req->conn = r->conn;
+		req->peer = r->peer;
+		req->remote = r->remote;
+		ev->type = DFI_CM_CONNREQ;
+		ev->ctx = r->ctx;
+		ev->req = req;
+		break;
+	case DFI_RCM_ESTABLISHED:
+		if (!e->established && e->peer == FI_ADDR_UNSPEC) {
+			/* the connecting side: the peer's end came in its REP */
+			if (peer_insert(rf, &r->remote, &e->peer)) {
+				conn_gone(e);
+				ev->type = DFI_CM_ERROR;
+				ev->ctx = e->ctx;
+				ev->err = ENOMEM;
+				return true;
+			}
+			e->stag = RDM_TAG(r->remote.id, r->remote.gen);
+		}
+		e->established = true;
+		ev->type = DFI_CM_CONNECTED;
+		ev->ctx = e->ctx;
+		break;
+	case DFI_RCM_REJECTED:
+		conn_gone(e);
+		ev->type = DFI_CM_ERROR;
+		ev->ctx = e->ctx;
+		ev->err = ECONNREFUSED;
+		break;
+	case DFI_RCM_DISCONNECTED:
+		conn_gone(e);
+		ev->type = e->established ? DFI_CM_SHUTDOWN : DFI_CM_ERROR;
+		ev->ctx = e->ctx;
+		ev->err = ECONNRESET;
+		break;
+	case DFI_RCM_BROKEN:
+		conn_gone(e);
+		ev->ctx = e->ctx;
+		if (e->established) {
+			e->aborted = r->err == ETIMEDOUT;
+			ev->type = DFI_CM_SHUTDOWN;
+		} else {
+			ev->type = DFI_CM_ERROR;
+			ev->err = r->err ? r->err : ECONNRESET;
+		}
+		return true;
+	}
+	if (r->plen && r->type != DFI_RCM_DISCONNECTED) {
+		ev->plen = r->plen;
+		memcpy(ev->pdata, r->pdata, r->plen);
+	}
+	return true;
+}
+
+static int rdm_eq_read(struct dfi_eq *q, struct dfi_cm_event *ev)
+{
+	struct rdm_fabric *rf = ((struct rdm_eq *)q)->rf;
+	struct dfi_rcm_event r;
+	int rc;
+
+	pthread_mutex_lock(&rf->lock);
+	do {
+		rc = dfi_rcm_read(rf->cm, &r);
+	} while (rc == 1 && !translate(rf, &r, ev));
+	pthread_mutex_unlock(&rf->lock);
+	return rc;
+}
+
+static void rdm_connreq_free(void *p)
+{
+	struct rdm_req *req = p;
+	struct rdm_fabric *rf = req->rf;
+
+	pthread_mutex_lock(&rf->lock);
+	if (dfi_rcm_reject(req->conn, DFI_RDM_REJ_NO_LISTENER, NULL, 0))
+		dfi_rcm_conn_free(req->conn);
+	pthread_mutex_unlock(&rf->lock);
+	free(req);
+}
+
+static void rdm_connreq_peer(void *p, struct sockaddr_in *peer)
+{
+	*peer = ((struct rdm_req *)p)->peer;
+}
+
+/* ------------------------------------------------------------ listeners */
+
+static int rdm_pep_listen(struct dfi_fabric *f, struct dfi_eq *eq, uint16_t port, void *ctx,
+			  struct dfi_pep **out, uint16_t *bound)
+{
+	struct rdm_pep *p = calloc(1, sizeof(*p));
+	uint16_t got = port;
+	int rc;
+
+	(void)eq;
+	if (!p)
+		return -ENOMEM;
+	p->base.be = &dfi_rdm_backend;
+	p->rf = f->priv;
+	pthread_mutex_lock(&p->rf->lock);
+	rc = dfi_rcm_listen(p->rf->cm, port, ctx, &p->lis, &got);
+	pthread_mutex_unlock(&p->rf->lock);
+	if (rc) {
+		if (rc != -EADDRINUSE)
+			dfi_err(DFI_SS_FABRIC, "listen on port %u: %s", port, strerror(-rc));
+		free(p);
+		return rc;
+	}
+	if (bound)
+		*bound = got;
+	*out = &p->base;
+	return 0;
+}
+
+static void rdm_pep_close(struct dfi_pep *pep)
+{
+	struct rdm_pep *p = (struct rdm_pep *)pep;
+
+	pthread_mutex_lock(&p->rf->lock);
+	dfi_rcm_unlisten(p->lis);
+	pthread_mutex_unlock(&p->rf->lock);
+	free(p);
+}
+
+static int rdm_pep_reject(struct dfi_pep *pep, void *p, const void *pdata, size_t plen)
+{
+	struct rdm_req *req = p;
+	struct rdm_fabric *rf = req->rf;
+	int rc;
+
+	(void)pep;
+	pthread_mutex_lock(&rf->lock);
+	rc = dfi_rcm_reject(req->conn, DFI_RDM_REJ_CONSUMER, pdata, plen);
+	if (rc)		/* the request goes either way */
+		dfi_rcm_conn_free(req->conn);
+	pthread_mutex_unlock(&rf->lock);
+	free(req);
+	return rc;
+}
+
+/* Shared receive queues are not served over RDM yet (docs/rdm.md). */
+static int rdm_srx_open(struct dfi_fabric *f, size_t size, size_t iov_limit,
+			struct dfi_srx **out)
+{
+	(void)f;
+	(void)size;
+	(void)iov_limit;
+	(void)out;
+	dfi_warn(DFI_SS_FABRIC, "shared receive queues are not served on the RDM backend yet");
+	return -ENOSYS;
+}
+
+static void rdm_srx_close(struct dfi_srx *x)
+{
+	(void)x;
+}
+
+static int rdm_srx_post_recv(struct dfi_srx *x, const struct dfi_sge *sg, int n, void *ctx)
+{
+	(void)x;
+	(void)sg;
+	(void)n;
+	(void)ctx;
+	return -ENOSYS;
+}
+
+/* ------------------------------------------------------------ endpoints */
+
+/* An endpoint has its id (and so its receive tag) from the start: DAT
+ * lets receives be posted before the connection. */
+static int rdm_fep_open(struct dfi_fabric *f, struct dfi_eq *eq, void *p,
+			struct dfi_cq *txcq, struct dfi_cq *rxcq, struct dfi_srx *srx,
+			size_t tx_size, size_t rx_size, void *ctx, struct dfi_fep **out)
+{
+	struct rdm_fabric *rf = f->priv;
+	struct rdm_req *req = p;
+	struct rdm_fep *e;
+	int rc;
+
+	(void)eq;
+	(void)tx_size;
+	(void)rx_size;
+	if (srx)
+		return -ENOSYS;
+	e = dfi_arena_calloc(sizeof(*e));
+	if (!e)
+		return -ENOMEM;
+	e->base.be = &dfi_rdm_backend;
+	e->rf = rf;
+	e->ctx = ctx;
+	e->peer = FI_ADDR_UNSPEC;
+	pthread_mutex_lock(&rf->lock);
+	rc = rep_get(rf, txcq, rxcq, &e->rep);
+	if (!rc) {
+		e->id = id_get(rf, e);
+		if (!e->id) {
+			rep_put(rf, e->rep);
+			rc = -ENOMEM;
+		}
+	}
+	if (!rc && req) {
+		rc = peer_insert(rf, &req->remote, &e->peer);
+		if (rc) {
+			id_put(rf, e->id);
+			rep_put(rf, e->rep);
+		}
+	}
+	if (rc) {
+		pthread_mutex_unlock(&rf->lock);
+		dfi_arena_free(e);
+		return rc;
+	}
+	e->gen = rf->slots[e->id - 1].gen;
+	e->rtag = RDM_TAG(e->id, e->gen);
+	e->ep = e->rep->ep;
+	if (req) {		/* ours now: answered by rdm_fep_accept */
+		e->stag = RDM_TAG(req->remote.id, req->remote.gen);
+		e->conn = req->conn;
+		e->peer_in = req->peer;
+		free(req);
+	}
+	pthread_mutex_unlock(&rf->lock);
+	*out = &e->base;
+	return 0;
+}
+
+static int rdm_fep_connect(struct dfi_fep *fe, const struct sockaddr_in *dest, const void *pdata,
+			   size_t plen)
+{
+	struct rdm_fep *e = RDM_FEP(fe);
+	struct dfi_rcm_end self;
+	int rc;
+
+	pthread_mutex_lock(&e->rf->lock);
+	if (e->conn) {
+		pthread_mutex_unlock(&e->rf->lock);
+		return -EISCONN;
+	}
+	self_end(e, &self);
+	e->peer_in = *dest;
+	rc = dfi_rcm_connect(e->rf->cm, dest, ntohs(dest->sin_port), &self, pdata, plen, e,
+			     &e->conn);
+	pthread_mutex_unlock(&e->rf->lock);
+	if (rc)
+		dfi_warn(DFI_SS_FABRIC, "connect: %s", strerror(-rc));
+	return rc;
+}
+
+static int rdm_fep_accept(struct dfi_fep *fe, const void *pdata, size_t plen)
+{
+	struct rdm_fep *e = RDM_FEP(fe);
+	struct dfi_rcm_end self;
+	int rc = -EINVAL;
+
+	pthread_mutex_lock(&e->rf->lock);
+	if (e->conn) {
+		self_end(e, &self);
+		rc = dfi_rcm_accept(e->conn, &self, pdata, plen, e);
+	}
+	pthread_mutex_unlock(&e->rf->lock);
+	if (rc)
+		dfi_warn(DFI_SS_FABRIC, "accept: %s", strerror(-rc));
+	return rc;
+}
+
+/* Established: a DREQ, and DISCONNECTED follows.  Otherwise (a connect
+ * given up, an accept not yet confirmed) the control channel is closed,
+ * which the peer sees, and no event follows: -ENOTCONN, as fi_shutdown
+ * on a connection that is not up. */
+static int rdm_fep_shutdown(struct dfi_fep *fe)
+{
+	struct rdm_fep *e = RDM_FEP(fe);
+	int rc = -ENOTCONN;
+
+	pthread_mutex_lock(&e->rf->lock);
+	if (e->conn && e->established)
+		rc = dfi_rcm_disconnect(e->conn);
+	if (rc && e->conn)
+		conn_gone(e);
+	pthread_mutex_unlock(&e->rf->lock);
+	return rc;
+}
+
+static void rdm_fep_cancel(struct dfi_fep *fe, void *ctx)
+{
+	(void)fi_cancel(&RDM_FEP(fe)->ep->fid, ctx);
+}
+
+static void rdm_fep_close(struct dfi_fep *fe)
+{
+	struct rdm_fep *e = RDM_FEP(fe);
+	struct rdm_fabric *rf = e->rf;
+
+	pthread_mutex_lock(&rf->lock);
+	if (e->conn)
+		conn_gone(e);
+	id_put(rf, e->id);
+	rep_put(rf, e->rep);
+	pthread_mutex_unlock(&rf->lock);
+	dfi_arena_free(e);
+}
+
+static int rdm_fep_peer(struct dfi_fep *fe, struct sockaddr_in *peer)
+{
+	*peer = RDM_FEP(fe)->peer_in;
+	return 0;
+}
+
+/* rcm arms every control channel itself (DAPL_OFI_PEER_TIMEOUT_MS at the
+ * fabric's open). */
+static int rdm_fep_arm_liveness(struct dfi_fep *fe, unsigned timeout_ms,
+				const struct sockaddr_in *dest)
+{
+	(void)fe;
+	(void)timeout_ms;
+	(void)dest;
+	return 0;
+}
+
+static bool rdm_fep_aborted(const struct dfi_fep *fe)
+{
+	return ((const struct rdm_fep *)fe)->aborted;
+}
+
+const struct dfi_backend dfi_rdm_backend = {
+	.name = "rdm",
+	.open = rdm_open,
+	.close = rdm_close,
+	.cq_closing = rdm_cq_closing,
+	.eq_open = rdm_eq_open,
+	.eq_close = rdm_eq_close,
+	.eq_fd = rdm_eq_fd,
+	.eq_trywait = rdm_eq_trywait,
+	.eq_read = rdm_eq_read,
+	.connreq_free = rdm_connreq_free,
+	.connreq_peer = rdm_connreq_peer,
+	.pep_listen = rdm_pep_listen,
+	.pep_close = rdm_pep_close,
+	.pep_reject = rdm_pep_reject,
+	.srx_open = rdm_srx_open,
+	.srx_close = rdm_srx_close,
+	.srx_post_recv = rdm_srx_post_recv,
+	.fep_open = rdm_fep_open,
+	.fep_connect = rdm_fep_connect,
+	.fep_accept = rdm_fep_accept,
+	.fep_shutdown = rdm_fep_shutdown,
+	.fep_cancel = rdm_fep_cancel,
+	.fep_close = rdm_fep_close,
+	.fep_peer = rdm_fep_peer,
+	.fep_arm_liveness = rdm_fep_arm_liveness,
+	.fep_aborted = rdm_fep_aborted,
+	.post_send = dfi_rdm_post_send,
+	.post_inject = dfi_rdm_post_inject,
+	.post_recv = dfi_rdm_post_recv,
+	.post_write = dfi_rdm_post_write,
+	.post_read = dfi_rdm_post_read,
+	.post_senddata = dfi_rdm_post_senddata,
+	.post_atomic = dfi_rdm_post_atomic,
+};

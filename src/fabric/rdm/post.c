@@ -1,0 +1,167 @@
+/* The RDM backend's data path: tagged sends to the peer's id, receives
+ * matching the endpoint's own, RMA to the peer's fabric address. */
+#include "util/hot.h"
+#include "rdm.h"
+
+#include <sched.h>
+#include <string.h>
+#include <time.h>
+
+/*
+ * An RDM provider answers FI_EAGAIN where a connected endpoint would not:
+ * tcp;ofi_rxm to the first send to a peer, while it connects underneath,
+ * and whenever its own buffers run out.  The DAT layer counts its queues
+ * itself, so this is the provider's transient state, not a full queue:
+ * drive its progress (a read of no completions) and try again, for at
+ * most RDM_EAGAIN_NS; then the DAT layer hears EAGAIN.  *t0 starts at 0.
+ */
+#define RDM_EAGAIN_NS 2000000000ull
+
+static bool again(struct rdm_fep *e, uint64_t *t0)
+{
+	struct timespec ts;
+	uint64_t now;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+	if (!*t0)
+		*t0 = now;
+	else if (now - *t0 > RDM_EAGAIN_NS)
+		return false;
+	(void)fi_cq_read(e->rep->txcq->cq, NULL, 0);
+	if (e->rep->rxcq != e->rep->txcq)
+		(void)fi_cq_read(e->rep->rxcq->cq, NULL, 0);
+	sched_yield();
+	return true;
+}
+
+#define RETRY(e, call)							\
+	do {								\
+		uint64_t t0_ = 0;					\
+		ssize_t rc_;						\
+									\
+		while ((rc_ = (call)) == -FI_EAGAIN && again(e, &t0_))	\
+			;						\
+		return dfi_post_rc(rc_);				\
+	} while (0)
+
+DFI_HOT int dfi_rdm_post_send(struct dfi_fep *fe, const struct dfi_sge *sg, int n, void *ctx)
+{
+	struct rdm_fep *e = RDM_FEP(fe);
+	struct iovec iov[DFI_MAX_SGE];
+	void *desc[DFI_MAX_SGE];
+	int rc;
+
+	if (n <= 1)
+		RETRY(e, fi_tsend(e->ep, n ? sg[0].addr : NULL, n ? sg[0].len : 0,
+					    n ? dfi_sge_desc(&sg[0]) : NULL, e->peer, e->stag,
+					    ctx));
+	rc = dfi_fill_iov(sg, n, iov, desc);
+	if (rc)
+		return rc;
+	RETRY(e, fi_tsendv(e->ep, iov, desc, (size_t)n, e->peer, e->stag, ctx));
+}
+
+/* fi_tinject takes one buffer: several segments are gathered first. */
+DFI_HOT int dfi_rdm_post_inject(struct dfi_fep *fe, const struct dfi_sge *sg, int n)
+{
+	struct rdm_fep *e = RDM_FEP(fe);
+	uint8_t buf[DFI_INJECT_MAX];
+	size_t off = 0;
+
+	if (n <= 1)
+		RETRY(e, fi_tinject(e->ep, n ? sg[0].addr : NULL, n ? sg[0].len : 0,
+					      e->peer, e->stag));
+	for (int i = 0; i < n; i++) {
+		if (sg[i].len > sizeof(buf) - off)
+			return -EMSGSIZE;
+		memcpy(buf + off, sg[i].addr, sg[i].len);
+		off += sg[i].len;
+	}
+	RETRY(e, fi_tinject(e->ep, buf, off, e->peer, e->stag));
+}
+
+/* From any source: the tag names this endpoint, and a stale connection's
+ * messages carry another generation. */
+DFI_HOT int dfi_rdm_post_recv(struct dfi_fep *fe, const struct dfi_sge *sg, int n, void *ctx)
+{
+	struct rdm_fep *e = RDM_FEP(fe);
+	struct iovec iov[DFI_MAX_SGE];
+	void *desc[DFI_MAX_SGE];
+	int rc;
+
+	if (n <= 1)
+		RETRY(e, fi_trecv(e->ep, n ? sg[0].addr : NULL, n ? sg[0].len : 0,
+					    n ? dfi_sge_desc(&sg[0]) : NULL, FI_ADDR_UNSPEC,
+					    e->rtag, 0, ctx));
+	rc = dfi_fill_iov(sg, n, iov, desc);
+	if (rc)
+		return rc;
+	RETRY(e, fi_trecvv(e->ep, iov, desc, (size_t)n, FI_ADDR_UNSPEC, e->rtag, 0,
+				     ctx));
+}
+
+static int rma(struct rdm_fep *e, const struct dfi_sge *sg, int n, uint64_t raddr,
+	       uint32_t rkey, void *ctx, bool write)
+{
+	struct iovec iov[DFI_MAX_SGE];
+	void *desc[DFI_MAX_SGE];
+	size_t total = 0;
+	struct fi_rma_iov riov;
+	struct fi_msg_rma msg = {
+		.msg_iov = iov, .desc = desc, .iov_count = (size_t)n, .addr = e->peer,
+		.rma_iov = &riov, .rma_iov_count = 1, .context = ctx,
+	};
+	int rc;
+
+	if (n == 1)
+		RETRY(e, write ?
+			fi_write(e->ep, sg[0].addr, sg[0].len, dfi_sge_desc(&sg[0]), e->peer,
+				 raddr, rkey, ctx) :
+			fi_read(e->ep, sg[0].addr, sg[0].len, dfi_sge_desc(&sg[0]), e->peer,
+				raddr, rkey, ctx));
+	rc = dfi_fill_iov(sg, n, iov, desc);
+	if (rc)
+		return rc;
+	for (int i = 0; i < n; i++)
+		total += sg[i].len;
+	riov = (struct fi_rma_iov){ .addr = raddr, .len = total, .key = rkey };
+	RETRY(e, write ? fi_writemsg(e->ep, &msg, FI_COMPLETION) :
+				   fi_readmsg(e->ep, &msg, FI_COMPLETION));
+}
+
+DFI_HOT int dfi_rdm_post_write(struct dfi_fep *e, const struct dfi_sge *sg, int n, uint64_t raddr,
+			       uint32_t rkey, void *ctx)
+{
+	return rma(RDM_FEP(e), sg, n, raddr, rkey, ctx, true);
+}
+
+DFI_HOT int dfi_rdm_post_read(struct dfi_fep *e, const struct dfi_sge *sg, int n, uint64_t raddr,
+			      uint32_t rkey, void *ctx)
+{
+	return rma(RDM_FEP(e), sg, n, raddr, rkey, ctx, false);
+}
+
+/* A tagged message of no bytes: it takes a posted receive at the peer,
+ * whose completion carries data (the IB extension's immediate data). */
+int dfi_rdm_post_senddata(struct dfi_fep *fe, uint64_t data, void *ctx)
+{
+	struct rdm_fep *e = RDM_FEP(fe);
+
+	RETRY(e, fi_tsenddata(e->ep, NULL, 0, NULL, data, e->peer, e->stag, ctx));
+}
+
+int dfi_rdm_post_atomic(struct dfi_fep *fe, enum dfi_atomic_op op, const uint64_t *operand,
+			const uint64_t *compare, uint64_t *result, struct dfi_mr *result_mr,
+			uint64_t raddr, uint32_t rkey, void *ctx)
+{
+	struct rdm_fep *e = RDM_FEP(fe);
+	void *rdesc = result_mr ? fi_mr_desc(result_mr->mr) : NULL;
+
+	if (op == DFI_ATOMIC_FADD)
+		RETRY(e, fi_fetch_atomic(e->ep, operand, 1, NULL, result, rdesc, e->peer,
+						   raddr, rkey, FI_UINT64, FI_SUM, ctx));
+	RETRY(e, fi_compare_atomic(e->ep, operand, 1, NULL, compare, NULL, result,
+					     rdesc, e->peer, raddr, rkey, FI_UINT64, FI_CSWAP,
+					     ctx));
+}

@@ -1,0 +1,105 @@
+/*
+ * The RDM backend (FI_EP_RDM, docs/rdm.md): DAT endpoints multiplexed over
+ * shared reliable-datagram endpoints.  Each DAT endpoint has a connection
+ * id and generation from its IA; what it receives is tagged with them, what
+ * it sends with its peer's, and its RMA goes to its peer's fabric address.
+ * Connections are set up, torn down and watched over TCP by rcm.c.
+ * Inside rdm/ only.
+ */
+#ifndef DFI_RDM_H
+#define DFI_RDM_H
+
+#include "fabric/fabric_int.h"
+#include "rcm.h"
+
+#include <pthread.h>
+
+/* Tags (docs/rdm.md): class (2 bits, 0: data), generation (14), id (32). */
+#define RDM_GEN_BITS	14
+#define RDM_GEN_MASK	((1u << RDM_GEN_BITS) - 1)
+#define RDM_TAG(id, gen)	(((uint64_t)(gen) << 32) | (uint64_t)(id))
+
+/* One FI_EP_RDM endpoint per pair of CQs (a DAT EP's request and receive
+ * EVDs), shared by every DAT endpoint bound to that pair. */
+struct rdm_ep {
+	struct rdm_ep *next;
+	struct dfi_cq *txcq, *rxcq;
+	struct fid_ep *ep;
+	int refs;
+	size_t addr_len;
+	uint8_t addr[DFI_RDM_ADDR_MAX];
+};
+
+/* A connection-id slot: its generation, and the endpoint holding it. */
+struct rdm_slot {
+	uint16_t gen;
+	uint32_t next_free;	/* free list: the next free id, 0 none */
+	struct rdm_fep *fep;
+};
+
+struct rdm_fabric {
+	struct dfi_fabric *f;
+	/* rcm (not thread-safe), the slots and the endpoint list: held
+	 * briefly, never across a call out of the backend */
+	pthread_mutex_t lock;
+	struct fid_av *av;
+	struct dfi_rcm *cm;
+	struct rdm_ep *eps;
+	struct rdm_slot *slots;		/* slots[id - 1] */
+	uint32_t nslots, free_head;
+};
+
+struct rdm_eq {
+	struct dfi_eq base;
+	struct rdm_fabric *rf;
+};
+
+struct rdm_pep {
+	struct dfi_pep base;
+	struct rdm_fabric *rf;
+	struct dfi_rcm_lis *lis;
+};
+
+/* A connection request handed to the DAT layer (its CONNREQ's req). */
+struct rdm_req {
+	struct rdm_fabric *rf;
+	struct dfi_rcm_conn *conn;
+	struct sockaddr_in peer;
+	struct dfi_rcm_end remote;
+};
+
+struct rdm_fep {
+	struct dfi_fep base;
+	/* the data path's: set before the endpoint is reported connected */
+	struct fid_ep *ep;		/* rep->ep */
+	fi_addr_t peer;			/* the peer's RDM endpoint */
+	uint64_t stag;			/* the peer's tag: what this one sends with */
+	uint64_t rtag;			/* its own: what its receives match */
+
+	struct rdm_fabric *rf;
+	struct rdm_ep *rep;
+	void *ctx;			/* the DAT layer's, for its events */
+	uint32_t id;
+	uint16_t gen;
+	struct dfi_rcm_conn *conn;	/* its control channel; NULL once ended */
+	struct sockaddr_in peer_in;
+	bool aborted;			/* the kernel gave up on the peer */
+	bool established;
+};
+
+#define RDM_FEP(e)	((struct rdm_fep *)(e))
+
+/* post.c */
+int dfi_rdm_post_send(struct dfi_fep *e, const struct dfi_sge *sg, int n, void *ctx);
+int dfi_rdm_post_inject(struct dfi_fep *e, const struct dfi_sge *sg, int n);
+int dfi_rdm_post_recv(struct dfi_fep *e, const struct dfi_sge *sg, int n, void *ctx);
+int dfi_rdm_post_write(struct dfi_fep *e, const struct dfi_sge *sg, int n, uint64_t raddr,
+		       uint32_t rkey, void *ctx);
+int dfi_rdm_post_read(struct dfi_fep *e, const struct dfi_sge *sg, int n, uint64_t raddr,
+		      uint32_t rkey, void *ctx);
+int dfi_rdm_post_senddata(struct dfi_fep *e, uint64_t data, void *ctx);
+int dfi_rdm_post_atomic(struct dfi_fep *e, enum dfi_atomic_op op, const uint64_t *operand,
+			const uint64_t *compare, uint64_t *result, struct dfi_mr *result_mr,
+			uint64_t raddr, uint32_t rkey, void *ctx);
+
+#endif
