@@ -45,11 +45,14 @@
 #include <dat2/udat.h>
 #include <dat2/udat_redirection.h>	/* struct dat_provider: the DAT 2.0 calls */
 
+#include <dat2/dapl_ofi.h>
+
 #include "dat_test.h"
 
 extern char **environ;
 
-#define IA_NAME		"ofi-lo"
+/* CONN_TEST_IA: the same tests on another entry (the RDM backend's) */
+#define IA_NAME		(getenv("CONN_TEST_IA") ? getenv("CONN_TEST_IA") : "ofi-lo")
 #define ASYNC_QLEN	8
 #define SEC		(1000u * 1000u)		/* DAT_TIMEOUT is in microseconds */
 #define MS		1000u
@@ -252,6 +255,31 @@ static DAT_CONN_QUAL dead_port(struct side *x)
 	assert_ok(dat_psp_free(psp));
 	return port;
 }
+
+/* The IA's DAT endpoints map onto libfabric RDM endpoints (the RDM backend,
+ * docs/rdm.md): the few tests of the MSG backend's own mechanics (an
+ * endpoint and its socket opened ahead per DAT EP, tcp's inject size, the
+ * wake-ups of tcp's wait fds) say so and skip there. */
+static bool ia_is_rdm(DAT_IA_HANDLE ia)
+{
+	DAT_PROVIDER_ATTR pa;
+	DAT_EVD_HANDLE async;
+
+	if (dat_ia_query(ia, &async, 0, NULL, DAT_PROVIDER_FIELD_ALL, &pa) != DAT_SUCCESS)
+		return false;
+	for (DAT_COUNT i = 0; i < pa.num_provider_specific_attr; i++)
+		if (strcmp(pa.provider_specific_attr[i].name, DAPL_OFI_ATTR_ENDPOINT) == 0)
+			return strcmp(pa.provider_specific_attr[i].value, "rdm") == 0;
+	return false;
+}
+
+#define SKIP_ON_RDM(p, why)							\
+	do {									\
+		if (ia_is_rdm((p)->s.ia)) {					\
+			print_message("# skipped on an RDM IA: %s\n", why);	\
+			skip();							\
+		}								\
+	} while (0)
 
 static int pair_setup(void **state)
 {
@@ -1142,6 +1170,7 @@ static void test_inject_suppressed_sends(void **state)
 	DAT_EP_STATE st;
 	DAT_BOOLEAN req_idle = DAT_FALSE, rcv_idle;
 	int refused = 0;
+	SKIP_ON_RDM(p, "the RDM providers' inject sizes differ from tcp's 128 bytes");
 
 	if (inject && atoi(inject) == 0)
 		skip();
@@ -2310,6 +2339,8 @@ static void test_rdma_write_bad_rmr_context(void **state)
 	bool c_done = false, s_done = false;
 	char c_seen[256] = "", s_seen[256] = "";
 	uint64_t t0;
+	SKIP_ON_RDM(p, "libfabric 1.17 net drops a bad remote access at the target without "
+		    "telling the origin (docs/rdm.md, known gaps)");
 
 	watchdog(__func__, 60);
 	establish(p);
@@ -2794,6 +2825,8 @@ static void test_rdma_write_out_of_range(void **state)
 	struct subreg r;
 	DAT_LMR_TRIPLET t;
 	DAT_RMR_TRIPLET rt;
+	SKIP_ON_RDM(p, "libfabric 1.17 net drops a bad remote access at the target without "
+		    "telling the origin (docs/rdm.md, known gaps)");
 
 	watchdog(__func__, 60);
 	subreg_open(p, &r);
@@ -2855,6 +2888,8 @@ static void test_rdma_read_out_of_range(void **state)
 	struct subreg r;
 	DAT_LMR_TRIPLET t;
 	DAT_RMR_TRIPLET rt;
+	SKIP_ON_RDM(p, "libfabric 1.17 net drops a bad remote access at the target without "
+		    "telling the origin (docs/rdm.md, known gaps)");
 
 	watchdog(__func__, 60);
 	subreg_open(p, &r);
@@ -3917,6 +3952,7 @@ static void test_cm_preopen_fds_come_back(void **state)
 	DAT_EP_ATTR a = ep_attr(EP_DTOS, EP_DTOS);
 	DAT_EP_HANDLE eps[PREOPEN_N];
 	int before, during, after;
+	SKIP_ON_RDM(p, "an RDM IA opens no endpoint or socket per DAT EP ahead of its connect");
 
 	watchdog(__func__, 30);
 	before = open_fds();
@@ -4342,6 +4378,7 @@ static void test_ep_reset_preopens(void **state)
 	DAT_EP_ATTR a = ep_attr(EP_DTOS, EP_DTOS);
 	DAT_CONN_QUAL dead = dead_port(&p->s);
 	int after_reset, after_free;
+	SKIP_ON_RDM(p, "an RDM IA opens no endpoint or socket per DAT EP ahead of its connect");
 
 	watchdog(__func__, 60);
 	for (int round = 0; round < 2; round++) {
@@ -4389,6 +4426,7 @@ static void test_rsp_drops_spare_endpoint(void **state)
 	DAT_RSP_HANDLE rsp;
 	DAT_CR_HANDLE cr;
 	int before, with, after;
+	SKIP_ON_RDM(p, "an RDM IA opens no endpoint or socket per DAT EP ahead of its connect");
 
 	watchdog(__func__, 60);
 	before = open_fds();
@@ -4660,6 +4698,8 @@ static void test_idle_waiter_sleeps(void **state)
 	DAT_EVENT ev;
 	DAT_COUNT nmore = 0;
 	double th0, pr0, th, pr;
+	SKIP_ON_RDM(p, "libfabric 1.17 net's wait fds never settle (fi_trywait returns 0): "
+		    "a waiter polls");
 
 	watchdog(__func__, 60);
 	establish(p);
@@ -4742,6 +4782,8 @@ static void test_waiter_after_fd_reuse(void **state)
 	struct target_wait t = { .evd = p->s.rcv };
 	pthread_t tid;
 	double cpu;
+	SKIP_ON_RDM(p, "libfabric 1.17 net's wait fds never settle (fi_trywait returns 0): "
+		    "a waiter polls");
 
 	watchdog(__func__, 60);
 	establish(p);
