@@ -375,6 +375,24 @@ static int source_notify(struct dfi_evq *q, bool run_upcalls, bool flush)
 	return n;
 }
 
+int dfi_evq_source_detach(struct dfi_evq *q, bool (*match)(const DAT_EVENT *ev, void *arg),
+			  void *arg)
+{
+	int n = 0;
+
+	pthread_mutex_lock(&q->lock);
+	for (uint32_t k = 0; k < q->count; k++) {
+		uint32_t i = (q->head + k) & q->mask;
+
+		if (q->from_src[i] && match(&q->ring[i], arg)) {
+			q->from_src[i] = 0;
+			n++;
+		}
+	}
+	pthread_mutex_unlock(&q->lock);
+	return n;
+}
+
 void dfi_evq_source_notify(struct dfi_evq *q)
 {
 	(void)source_notify(q, false, false);

@@ -189,6 +189,15 @@ void dfi_evq_unref(struct dfi_evq *q);
  * kind DAT_EVD_STATE_CONFIG_NOTIFY (unsignalled) or _SOLICITED; delta +1/-1. */
 void dfi_evq_notify_model(struct dfi_evq *q, DAT_EVD_STATE kind, int delta);
 
+/* An object whose events the source made is going away (an EP freed with
+ * completions not reaped): the queued events read from the source that
+ * match(ev, arg) stay for the consumer, but their reaping is no longer
+ * reported to the source (consumed): the object it would name may be
+ * another by then.  Under q's lock, as every read and every reap, so no
+ * reap of one of them is under way.  Returns how many. */
+int dfi_evq_source_detach(struct dfi_evq *q, bool (*match)(const DAT_EVENT *ev, void *arg),
+			  void *arg);
+
 /* The source's notification fired (called from the progress context). */
 void dfi_evq_source_notify(struct dfi_evq *q);
 /* An EP feeding q goes away: what it left in the source enters the ring
