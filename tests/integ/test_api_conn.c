@@ -2124,6 +2124,100 @@ static void test_evd_free_refuses_queued_crs(void **state)
 	alarm(0);
 }
 
+/* A consumer that frees its EP and at once the EVD it fed (OFA's
+ * uDAPL lets it): the provider's own late references to that EVD (a
+ * connection event being posted by the progress thread) do not make
+ * dat_evd_free answer EVD_IN_USE.  Each round, on both sides, an EP on a
+ * connection EVD of its own: connected, disconnected (the client
+ * disconnects; every other round it frees its EP at once, without waiting
+ * for its DISCONNECTED), then EP and EVD freed back to back.  The server's
+ * EVD has a CNO whose agent, armed for the end of the connection, takes a
+ * few ms: the post that calls it is still under way when the consumer,
+ * polling, has the event - the window, made wide. */
+#define EVD_FREE_ROUNDS	200
+
+static void agent_slow(DAT_PVOID data, DAT_EVD_HANDLE evd)
+{
+	(void)evd;
+	atomic_fetch_add((atomic_int *)data, 1);
+	sleep_ms(3);
+}
+
+/* The end of the connection on evd, polled (within 5 s): the poll takes
+ * the event as soon as the progress thread has queued it, while that
+ * thread may still be on its way out of the post. */
+static DAT_EVENT_NUMBER poll_conn_end(DAT_EVD_HANDLE evd)
+{
+	uint64_t t0 = now_ns();
+	DAT_EVENT ev;
+
+	while (ms_since(t0) < 5000) {
+		DAT_RETURN rc = dat_evd_dequeue(evd, &ev);
+
+		if (rc == DAT_SUCCESS)
+			return ev.event_number;
+		assert_rc(rc, DAT_QUEUE_EMPTY);
+	}
+	return 0;
+}
+
+static void test_ep_then_evd_free_at_once(void **state)
+{
+	struct pair *p = *state;
+	DAT_EP_ATTR a = ep_attr(4, 4);
+	DAT_EVD_HANDLE sconn = p->s.conn, cconn = p->c.conn;
+	uint64_t t0 = now_ns();
+	char b[160];
+
+	static atomic_int calls;	/* the agent may outlive a failed test */
+	DAT_OS_WAIT_PROXY_AGENT agent = { .instance_data = &calls, .proxy_agent_func = agent_slow };
+	DAT_CNO_HANDLE cno;
+	int rounds = 0;
+
+	watchdog(__func__, 240);
+	atomic_store(&calls, 0);
+	assert_ok(dat_cno_create(p->s.ia, DAT_OS_WAIT_PROXY_AGENT_NULL, &cno));
+	assert_ok(dat_ep_free(p->s.ep));
+	assert_ok(dat_ep_free(p->c.ep));
+	p->s.ep = p->c.ep = DAT_HANDLE_NULL;
+	for (int i = 0; i < EVD_FREE_ROUNDS && ms_since(t0) < 120000; i++, rounds++) {
+		DAT_EVENT_NUMBER n;
+		DAT_RETURN rc;
+
+		assert_ok(dat_evd_create(p->s.ia, 4, cno, DAT_EVD_CONNECTION_FLAG, &p->s.conn));
+		assert_ok(dat_evd_create(p->c.ia, 4, DAT_HANDLE_NULL, DAT_EVD_CONNECTION_FLAG,
+					 &p->c.conn));
+		assert_ok(side_ep(&p->s, &a));
+		assert_ok(side_ep(&p->c, &a));
+		establish(p);
+		assert_ok(dat_cno_modify_agent(cno, agent));	/* one-shot */
+		assert_ok(dat_ep_disconnect(p->c.ep, DAT_CLOSE_GRACEFUL_FLAG));
+		if (i % 2 == 0 && (n = poll_conn_end(p->c.conn)) != DAT_CONNECTION_EVENT_DISCONNECTED)
+			fail_msg("round %d: client: %s after its disconnect, expected "
+				 "DAT_CONNECTION_EVENT_DISCONNECTED", i, n ? ev_name(n) : "nothing");
+		assert_ok(dat_ep_free(p->c.ep));
+		rc = dat_evd_free(p->c.conn);
+		if (rc != DAT_SUCCESS)
+			fail_msg("round %d: client: dat_evd_free right after the free of the last EP "
+				 "on it returned %s", i, rc_name(rc, b, sizeof(b)));
+		if (!is_conn_end(n = poll_conn_end(p->s.conn)))
+			fail_msg("round %d: server: %s, expected the end of its connection", i,
+				 n ? ev_name(n) : "nothing");
+		assert_ok(dat_ep_free(p->s.ep));
+		rc = dat_evd_free(p->s.conn);
+		if (rc != DAT_SUCCESS)
+			fail_msg("round %d: server: dat_evd_free right after the free of the last EP "
+				 "on it returned %s", i, rc_name(rc, b, sizeof(b)));
+	}
+	print_message("# %d rounds in %u ms, the agent called %d times\n", rounds, ms_since(t0),
+		      atomic_load(&calls));
+	assert_int_equal(rounds, EVD_FREE_ROUNDS);
+	assert_ok(dat_cno_free(cno));
+	/* the pair's EVDs again, for the teardown (it closes the IAs) */
+	p->s.conn = sconn;
+	p->c.conn = cconn;
+	alarm(0);
+}
 
 /* ================================= 6. EP freed with completions pending */
 
@@ -4971,6 +5065,7 @@ int main(int argc, char **argv)
 						pair_teardown_no_quarantine),
 		TP(test_psp_free_keeps_pending_crs),
 		TP(test_evd_free_refuses_queued_crs),
+		TP(test_ep_then_evd_free_at_once),
 		/* 7. RSP */
 		TP(test_rsp_accept_with_null_ep),
 		/* RMR (emulated) */

@@ -1021,6 +1021,61 @@ static void test_s12_free_while_referenced(void **state)
 	evq_free(aq);
 }
 
+/* A post under way into q on a thread of its own (the progress thread's
+ * connection event): held, then, after `us`, posted and unheld. */
+struct holder {
+	struct dfi_evq *q;
+	unsigned us;
+	atomic_bool held;
+};
+
+static void *hold_post_unhold(void *arg)
+{
+	struct holder *h = arg;
+	DAT_EVENT ev = ev_sw(7);
+
+	dfi_evq_hold(h->q);
+	atomic_store(&h->held, true);
+	t_sleep_us(h->us);
+	dfi_evq_post(h->q, &ev);
+	dfi_evq_unhold(h->q);
+	return NULL;
+}
+
+/* The EP that fed q is freed while its last event is still being posted:
+ * dat_evd_free waits for the post to end, then succeeds (OFA uDAPL's
+ * does); a hold of the freeing thread itself (a CNO agent called by that
+ * post) is refused at once, not waited for. */
+static void test_s12_free_waits_for_a_post_under_way(void **state)
+{
+	const DAT_RETURN in_use = DFI_ERR(DAT_INVALID_STATE, DAT_INVALID_STATE_EVD_IN_USE);
+	struct dfi_evq *aq = evq_new_async(16);
+	struct dfi_evq *q = evq_new(8, DAT_EVD_SOFTWARE_FLAG | DAT_EVD_CONNECTION_FLAG, aq);
+	struct holder h = { .q = q, .us = 50000 };
+	pthread_t t;
+	uint64_t t0;
+
+	(void)state;
+	dfi_evq_hold(q);				/* this thread's own */
+	t0 = t_now();
+	assert_int_equal(dfi_evq_free_begin(q), in_use);
+	assert_true(t_now() - t0 < 1000 * MS);
+	dfi_evq_unhold(q);
+
+	dfi_evq_ref(q);					/* "EP created" */
+	assert_int_equal(pthread_create(&t, NULL, hold_post_unhold, &h), 0);
+	while (!atomic_load(&h.held))
+		t_sleep_us(100);
+	dfi_evq_unref(q);				/* "EP freed" */
+	t0 = t_now();
+	assert_int_equal(dfi_evq_free_begin(q), DAT_SUCCESS);
+	assert_true(t_now() - t0 >= 20 * MS);		/* it did wait */
+	assert_int_equal(pthread_join(t, NULL), 0);
+	dfi_evq_fini(q);
+	free(q);
+	evq_free(aq);
+}
+
 static void test_free_with_queued_events(void **state)
 {
 	struct dfi_evq *aq = evq_new_async(16);
@@ -2413,6 +2468,7 @@ int main(void)
 		evtest(test_s11_free_with_blocked_waiter_D8),
 		evtest(test_s11_abort_without_waiter),
 		evtest(test_s12_free_while_referenced),
+		evtest(test_s12_free_waits_for_a_post_under_way),
 		evtest(test_free_with_queued_events),
 		evtest(test_s13_overflow_reported_on_async_D4),
 		evtest(test_s13_overflow_once_per_episode),
