@@ -96,6 +96,10 @@ for t in "$B"/tests/test_*; do
 			run "$name-credits" 300 "$t" 'test_stream_credits*'
 			# a CNO agent on the progress thread frees its EVD
 			run "$name-cno" 300 "$t" 'test_cno_agent*'
+			# EPs freed with completions unreaped, beside the
+			# progress thread's reads of their CQs; EVDs freed
+			# while that thread may still be posting into them
+			run "$name-epfree" 300 "$t" 'test_ep_*free*'
 			continue
 		fi
 		[ "$scope" = unit ] && continue ;;

@@ -931,7 +931,7 @@ static void conn_event(struct cm_post *p, struct dfi_ep *ep, DAT_EVENT_NUMBER nu
 	}
 	if (!p->q) {		/* a second event goes to the same EVD */
 		p->q = &ep->conn_evd->q;
-		dfi_evq_ref(p->q);
+		dfi_evq_hold(p->q);
 	}
 }
 
@@ -974,7 +974,7 @@ static void cr_event(struct dfi_ia *ia, struct dfi_cr *cr, struct cm_post *p)
 	p->ev.event_data.cr_arrival_event_data.cr_handle = cr;
 	p->cr = cr;
 	p->q = &sp->cr_evd->q;
-	dfi_evq_ref(p->q);
+	dfi_evq_hold(p->q);
 }
 
 static void handle_connreq(struct dfi_ia *ia, struct dfi_sp *sp, struct dfi_cm_event *e,
@@ -1175,7 +1175,7 @@ bool dfi_connect_timeouts(struct dfi_ia *ia)
 		if (!posts[i].q)
 			continue;
 		dfi_evq_post(posts[i].q, &posts[i].ev);
-		dfi_evq_unref(posts[i].q);
+		dfi_evq_unhold(posts[i].q);
 	}
 	return more;
 }
@@ -1219,7 +1219,7 @@ int dfi_cm_handle(struct dfi_ia *ia)
 			/* the CR EVD overflowed: refuse on the wire, as OFA does
 			 * (the SP is alive: it counts this CR) */
 			cr_refuse(p.cr, NULL, 0);
-		dfi_evq_unref(p.q);
+		dfi_evq_unhold(p.q);
 		/* after the connection event: dtestsrq waits for that first,
 		 * then for EP_BROKEN naming the same EP (dat-clients.md 3.4) */
 		if (p.broken)
@@ -1331,7 +1331,7 @@ DAT_RETURN dfi_cr_handoff(DAT_CR_HANDLE h, DAT_CONN_QUAL qual)
 		(void *)target, (unsigned long long)qual, (void *)cr2);
 	if (dfi_evq_post(p.q, &p.ev) != 0)
 		cr_refuse(cr2, NULL, 0);	/* the target's CR EVD overflowed */
-	dfi_evq_unref(p.q);
+	dfi_evq_unhold(p.q);
 	return DAT_SUCCESS;
 }
 

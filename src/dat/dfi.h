@@ -186,6 +186,9 @@ struct dfi_dto_pool {
 	_Atomic unsigned taken;		/* written by the taker only */
 	_Atomic unsigned released;
 	_Atomic unsigned read;
+	/* its EP is freed: completions read from now on are dropped, and
+	 * nothing of them reaches the EP (dfi_ep_dto_orphan) */
+	atomic_bool orphan;
 	/* a request queue's barrier fence (dto.c): RDMA reads posted to
 	 * libfabric and not read from the CQ yet; requests held behind a
 	 * fence; a release of them is due (the post lock was busy) */
@@ -520,6 +523,9 @@ bool dfi_dto_pool_busy(struct dfi_dto_pool *p);
 bool dfi_dto_pool_idle(struct dfi_dto_pool *p);
 void dfi_zombies_free(struct dfi_ia *ia);
 void dfi_ep_flush_pending(struct dfi_ep *ep);
+/* ep_destroy, before the EP's pools go: what the EP left in its EVDs and
+ * CQs no longer touches it (or an EP later in its memory). */
+void dfi_ep_dto_orphan(struct dfi_ep *ep);
 DAT_RETURN dfi_ep_post_send(DAT_EP_HANDLE, DAT_COUNT, DAT_LMR_TRIPLET *, DAT_DTO_COOKIE,
 			    DAT_COMPLETION_FLAGS);
 DAT_RETURN dfi_ep_post_recv(DAT_EP_HANDLE, DAT_COUNT, DAT_LMR_TRIPLET *, DAT_DTO_COOKIE,

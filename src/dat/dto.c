@@ -239,6 +239,16 @@ DFI_HOT static bool dto_reported(const struct dfi_dto *d, const struct dfi_comp 
 	return !d->suppress || c->err;
 }
 
+/* A completion of a freed EP's pool (dfi_ep_dto_orphan): its EP is gone,
+ * maybe another EP in its memory, so nothing of it is looked at but the
+ * pool, which stays until the completion is read (dfi_dto_pool_release).
+ * Relaxed: the flag is set before a detach under the EVD lock, which the
+ * reader holds. */
+DFI_HOT static inline bool dto_orphan(const struct dfi_dto *d)
+{
+	return atomic_load_explicit(&d->pool->orphan, memory_order_relaxed);
+}
+
 static void fence_kick(struct dfi_dto *d);
 static void fence_flush(struct dfi_ep *ep);
 
@@ -275,16 +285,18 @@ DFI_HOT static int cq_read(void *ctx, DAT_EVENT *ev, int max)
 
 		for (int i = 0; i < n; i++) {
 			struct dfi_dto *d = c[i].ctx;
-			bool report;
+			bool report, orphan;
 
 			if (!d)
 				continue;
 			/* a reported one's slot stays taken until the
-			 * consumer reaps the event (cq_consumed) */
-			report = dto_reported(d, &c[i]);
+			 * consumer reaps the event (cq_consumed); one of a
+			 * freed EP is dropped, its slot freed now */
+			orphan = dto_orphan(d);
+			report = !orphan && dto_reported(d, &c[i]);
 			if (report)
 				dto_event(d, &c[i], &ev[out++]);
-			if (d->op != DAT_DTO_RECEIVE)
+			if (!orphan && d->op != DAT_DTO_RECEIVE)
 				fence_done(d);
 			if (d->pool != run) {
 				dto_complete(run, idx, nidx, nrep);
@@ -322,7 +334,7 @@ DFI_HOT static int cq_read_one(void *ctx, DAT_EVENT *ev)
 	while (evd->cq) {
 		const struct dfi_comp *c;
 		struct dfi_dto *d;
-		bool report;
+		bool report, orphan;
 		int n = dfi_cq_take(evd->cq, &c, 1), idx;
 
 		if (n <= 0)
@@ -330,10 +342,11 @@ DFI_HOT static int cq_read_one(void *ctx, DAT_EVENT *ev)
 		d = c->ctx;
 		if (!d)
 			continue;
-		report = dto_reported(d, c);
+		orphan = dto_orphan(d);
+		report = !orphan && dto_reported(d, c);
 		if (report)
 			dto_event(d, c, ev);
-		if (d->op != DAT_DTO_RECEIVE)
+		if (!orphan && d->op != DAT_DTO_RECEIVE)
 			fence_done(d);
 		idx = (int)(d - d->pool->d);
 		dto_complete(d->pool, &idx, 1, 0);	/* last: d may be gone after it */
@@ -378,8 +391,11 @@ DFI_HOT static void cq_consumed(void *ctx, const DAT_EVENT *ev)
 	struct dfi_dto_pool *p;
 
 	(void)ctx;
+	/* A freed EP's events were detached at its free (dfi_ep_dto_orphan):
+	 * the EP an event names here is the live one that posted it, never a
+	 * new EP in a freed one's memory, whose counts this would wrap. */
 	if (!ep)
-		return;		/* freed since: its pools went with it */
+		return;
 	bool recv = e->operation == DAT_DTO_RECEIVE ||
 		    e->operation == (DAT_DTOS)DAT_IB_DTO_RECV_IMMED;
 
@@ -490,6 +506,45 @@ void dfi_ep_flush_pending(struct dfi_ep *ep)
 		dto_complete(ep->recvq, &early[k].idx, 1, 0);
 	}
 	free(early);
+}
+
+static bool event_of_ep(const DAT_EVENT *ev, void *ep)
+{
+	return (ev->event_number == DAT_DTO_COMPLETION_EVENT ||
+		ev->event_number == (DAT_EVENT_NUMBER)DAT_IB_DTO_EVENT) &&
+	       ev->event_data.dto_completion_event_data.ep_handle == ep;
+}
+
+/*
+ * The EP is freed once this returns, and its memory may be the next EP's
+ * (the quarantine of freed handles is finite, handle.c): an event or a
+ * completion of it that reached the EP by its handle later would give a
+ * queue slot back to that new EP, whose counts would wrap (its queues
+ * "full" for good).  So, after ep_destroy flushed what the CQs held
+ * through the EVDs (when there was room):
+ *  - its pools are marked: a completion of theirs read from a CQ from now
+ *    on is dropped (dat_ep_free lets the consumer find an EP's undequeued
+ *    completions on its EVDs or not) and its slot freed;
+ *  - its events still queued on its EVDs stay for the consumer, detached
+ *    from the source: reaping them gives nothing back (cq_consumed).
+ * The EVD lock orders the two: every CQ read and every reap holds it, so a
+ * read before the detach left its event there to be found, and one after
+ * it sees the mark.  An idle EP (no slot in use) has no event queued nor
+ * completion due: no detach, no walk of its EVDs.
+ */
+void dfi_ep_dto_orphan(struct dfi_ep *ep)
+{
+	struct dfi_evd *req = ep->req_evd, *recv = ep->recv_evd;
+
+	atomic_store_explicit(&ep->sendq->orphan, true, memory_order_relaxed);
+	atomic_store_explicit(&ep->recvq->orphan, true, memory_order_relaxed);
+	/* an SRQ EP's receives hold SRQ slots, not its (empty) recvq's */
+	if (!ep->srq && dfi_dto_pool_idle(ep->sendq) && dfi_dto_pool_idle(ep->recvq))
+		return;
+	if (req)
+		dfi_evq_source_detach(&req->q, event_of_ep, ep);
+	if (recv && recv != req)
+		dfi_evq_source_detach(&recv->q, event_of_ep, ep);
 }
 
 enum post_kind { POST_SEND, POST_RECV, POST_WRITE, POST_READ, POST_WRITE_IMM };

@@ -412,8 +412,9 @@ void dfi_ep_destroy(struct dfi_ep *ep)
 	if (ep->srq)
 		dfi_srq_ep_detach(ep);
 	/* Completions of this EP still in a CQ are flushed through the EVDs
-	 * (their events name a freed EP); a pool with completions due stays
-	 * with the IA until it closes.  A pool with nothing posted left
+	 * (their events name a freed EP) as far as the rings have room, the
+	 * rest is dropped when read (dfi_ep_dto_orphan); a pool with
+	 * completions due stays with the IA until it closes.  A pool with nothing posted left
 	 * nothing there: no read (on libfabric 1.17 tcp a read of an empty
 	 * CQ walks every EP bound to it, so freeing N idle EPs would cost
 	 * N walks of N). */
@@ -423,6 +424,7 @@ void dfi_ep_destroy(struct dfi_ep *ep)
 		dfi_evq_source_flush(&ep->req_evd->q);
 	if (ep->recv_evd && ep->recv_evd != ep->req_evd && rbusy)
 		dfi_evq_source_flush(&ep->recv_evd->q);
+	dfi_ep_dto_orphan(ep);
 	dfi_dto_pool_release(ia, ep->sendq);
 	dfi_dto_pool_release(ia, ep->recvq);
 	ep_refs(ep, -1);

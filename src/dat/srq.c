@@ -435,8 +435,8 @@ int dfi_srq_ep_open_cq(struct dfi_ep *ep)
  * EP may be gone (a CNO agent run by the notify can free it). */
 struct todo {
 	struct dfi_ia *ia;
-	struct dfi_evd *evd;		/* referenced: notify, then unref */
-	struct dfi_evd *conn;		/* referenced: DAT_CONNECTION_EVENT_BROKEN */
+	struct dfi_evd *evd;		/* held: notify, then unhold */
+	struct dfi_evd *conn;		/* held: DAT_CONNECTION_EVENT_BROKEN */
 	DAT_HANDLE ep, srq;
 	int held;			/* srq_held when the hard watermark was passed */
 	bool lw, soft, broken, hard;
@@ -446,7 +446,7 @@ static void todo_run(struct todo *t)
 {
 	if (t->evd) {
 		dfi_evq_source_notify(&t->evd->q);
-		dfi_evq_unref(&t->evd->q);
+		dfi_evq_unhold(&t->evd->q);
 	}
 	if (t->lw)
 		dfi_post_async(t->ia, DAT_ASYNC_ERROR_PROVIDER_INTERNAL_ERROR, t->srq,
@@ -461,7 +461,7 @@ static void todo_run(struct todo *t)
 		ev.event_number = DAT_CONNECTION_EVENT_BROKEN;
 		ev.event_data.connect_event_data.ep_handle = t->ep;
 		dfi_evq_post(&t->conn->q, &ev);
-		dfi_evq_unref(&t->conn->q);
+		dfi_evq_unhold(&t->conn->q);
 	}
 	if (t->broken)
 		dfi_post_async(t->ia, DAT_ASYNC_ERROR_EP_BROKEN, t->ep, DAT_EP_TRANSFER_TO_ERROR);
@@ -532,7 +532,7 @@ static int rcq_read(struct dfi_ep *ep, struct todo *t)
 		pthread_mutex_unlock(&evd->q.lock);
 		if (!t->evd) {
 			t->evd = evd;
-			dfi_evq_ref(&evd->q);	/* not freed before todo_run */
+			dfi_evq_hold(&evd->q);	/* not freed before todo_run */
 		}
 	}
 	t->ia = ep->hdr.ia;
@@ -559,7 +559,7 @@ static void hard_break(struct dfi_ep *ep, struct todo *t)
 		ep->established = false;
 		if (ep->conn_evd) {
 			t->conn = ep->conn_evd;
-			dfi_evq_ref(&t->conn->q);
+			dfi_evq_hold(&t->conn->q);
 		}
 	}
 	pthread_mutex_unlock(&ia->cm_lock);

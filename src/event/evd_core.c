@@ -57,6 +57,7 @@ int dfi_evq_init(struct dfi_evq *q, DAT_EVD_HANDLE self, DAT_COUNT min_qlen,
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&q->waiter_left, &ca);
 	pthread_cond_init(&q->up_idle, &ca);
+	pthread_cond_init(&q->unheld, &ca);
 	pthread_condattr_destroy(&ca);
 	q->handle = self;
 	q->flags = flags;
@@ -81,6 +82,7 @@ void dfi_evq_fini(struct dfi_evq *q)
 	q->from_src = NULL;
 	pthread_cond_destroy(&q->waiter_left);
 	pthread_cond_destroy(&q->up_idle);
+	pthread_cond_destroy(&q->unheld);
 	pthread_mutex_destroy(&q->lock);
 }
 
@@ -372,6 +374,24 @@ static int source_notify(struct dfi_evq *q, bool run_upcalls, bool flush)
 	notify_cno(cno, q->handle);
 	if (run)
 		dfi_disp_run_here(q->disp, q);
+	return n;
+}
+
+int dfi_evq_source_detach(struct dfi_evq *q, bool (*match)(const DAT_EVENT *ev, void *arg),
+			  void *arg)
+{
+	int n = 0;
+
+	pthread_mutex_lock(&q->lock);
+	for (uint32_t k = 0; k < q->count; k++) {
+		uint32_t i = (q->head + k) & q->mask;
+
+		if (q->from_src[i] && match(&q->ring[i], arg)) {
+			q->from_src[i] = 0;
+			n++;
+		}
+	}
+	pthread_mutex_unlock(&q->lock);
 	return n;
 }
 
@@ -896,6 +916,27 @@ void dfi_evq_unref(struct dfi_evq *q)
 	pthread_mutex_unlock(&q->lock);
 }
 
+/* Holds this thread has (on any EVD): a free from inside such a post (a
+ * CNO agent it called) would wait for itself. */
+static __thread int holds_here;
+
+void dfi_evq_hold(struct dfi_evq *q)
+{
+	pthread_mutex_lock(&q->lock);
+	q->holds++;
+	pthread_mutex_unlock(&q->lock);
+	holds_here++;
+}
+
+void dfi_evq_unhold(struct dfi_evq *q)
+{
+	holds_here--;
+	pthread_mutex_lock(&q->lock);
+	if (--q->holds == 0)
+		pthread_cond_broadcast(&q->unheld);
+	pthread_mutex_unlock(&q->lock);
+}
+
 void dfi_evq_notify_model(struct dfi_evq *q, DAT_EVD_STATE kind, int delta)
 {
 	pthread_mutex_lock(&q->lock);
@@ -924,6 +965,9 @@ static void up_quiesce(struct dfi_evq *q)
 DAT_RETURN dfi_evq_free_begin(struct dfi_evq *q)
 {
 	DAT_RETURN rc = DAT_SUCCESS;
+	uint64_t deadline = 0;
+	struct timespec ts;
+	int held;
 
 	if (dfi_upcall_current() == q) {
 		dfi_reject(DFI_SS_API, "EVD %p: dat_evd_free from inside its own upcall "
@@ -931,16 +975,37 @@ DAT_RETURN dfi_evq_free_begin(struct dfi_evq *q)
 		return DFI_ERR(DAT_INVALID_STATE, DAT_INVALID_STATE_EVD_IN_USE);
 	}
 	pthread_mutex_lock(&q->lock);
-	if (q->waiter)
+	/* An event posted by the progress thread for an EP freed just now
+	 * (its DISCONNECTED, say) may have reached the consumer, who frees
+	 * the EP and then this EVD, before that thread is out of the post:
+	 * its hold is no stream feeding the EVD, and ends within a post, so
+	 * the free waits for it (OFA's uDAPL frees such an EVD).  Rechecked
+	 * after each wake-up: the lock was dropped meanwhile. */
+	while (!q->waiter && q->refs == 0 && q->holds > 0 && holds_here == 0) {
+		if (!deadline)
+			deadline = dfi_deadline(DFI_EVQ_HOLD_WAIT_MS * 1000u);
+		if (dfi_remaining(deadline) == 0)
+			break;
+		ts.tv_sec = (time_t)(deadline / 1000000000u);
+		ts.tv_nsec = (long)(deadline % 1000000000u);
+		pthread_cond_timedwait(&q->unheld, &q->lock, &ts);
+	}
+	held = 0;
+	if (q->waiter) {
 		rc = DFI_ERR(DAT_INVALID_STATE, DAT_INVALID_STATE_EVD_WAITER);
-	else if (q->refs > 0)
+	} else if (q->refs > 0 || q->holds > 0) {
 		rc = DFI_ERR(DAT_INVALID_STATE, DAT_INVALID_STATE_EVD_IN_USE);
-	else {
+		held = q->refs > 0 ? 0 : q->holds;
+	} else {
 		q->state = DFI_EVQ_FREEING;
 		q->enabled = false;
 		up_quiesce(q);	/* evd_free implies a teardown */
 	}
 	pthread_mutex_unlock(&q->lock);
+	if (held)
+		dfi_warn(DFI_SS_EVD, "EVD %p: free refused: %d events still on their way in, %s",
+			 (void *)q->handle, held, holds_here ? "posted by this thread (a CNO "
+			 "agent frees the EVD it is called for)" : "after waiting for them");
 	return rc;
 }
 
@@ -962,6 +1027,12 @@ bool dfi_evq_abort(struct dfi_evq *q)
 		wake(q);
 	while (q->waiter)
 		pthread_cond_wait(&q->waiter_left, &q->lock);
+	/* IA close frees the EVDs before it stops the progress thread: a
+	 * post of that thread under way (a hold) ends before this one goes.
+	 * Unless the holder is this thread (a CNO agent it called closes the
+	 * IA): as before, it is not waited for. */
+	while (q->holds > 0 && holds_here == 0)
+		pthread_cond_wait(&q->unheld, &q->lock);
 	up_quiesce(q);
 	pthread_mutex_unlock(&q->lock);
 	return true;

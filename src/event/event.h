@@ -26,6 +26,10 @@
 #include <dat2/dat_ofi_extensions.h>
 
 #define DFI_EVD_MAX_QLEN	65536	/* reported as max_evd_qlen */
+/* How long dat_evd_free waits for the posts under way into the EVD
+ * (dfi_evq_hold): a post takes microseconds, unless a CNO proxy agent it
+ * calls (consumer code) takes longer; then the free is refused as in use. */
+#define DFI_EVQ_HOLD_WAIT_MS	2000
 /* Events a fill asks its source for at once.  A CQ source must read as many
  * in one libfabric call (dto.c checks DFI_CQ_BATCH against it): each call is
  * a progress pass. */
@@ -114,6 +118,8 @@ struct dfi_evq {
 	struct dfi_cno *cno;
 	struct dfi_evq *async;		/* where overflow is reported (NULL: this is async) */
 	int refs;			/* streams feeding it (EPs, service points) */
+	int holds;			/* events on their way in (dfi_evq_hold) */
+	pthread_cond_t unheld;		/* signalled when holds falls to 0 */
 
 	const struct dfi_evq_source_ops *src;
 	void *src_ctx;
@@ -185,9 +191,25 @@ DAT_COUNT dfi_evq_count(struct dfi_evq *q);
 /* Feeding streams (an EP or service point names this EVD). */
 void dfi_evq_ref(struct dfi_evq *q);
 void dfi_evq_unref(struct dfi_evq *q);
+/* An event on its way into q, to be posted once the caller's locks are
+ * dropped (a connection event the progress thread read, while the EP that
+ * feeds q may be freed meanwhile): q stays allocated until the same thread
+ * calls dfi_evq_unhold.  Not a feeding stream: dat_evd_free waits for the
+ * post to end (dfi_evq_free_begin) instead of refusing. */
+void dfi_evq_hold(struct dfi_evq *q);
+void dfi_evq_unhold(struct dfi_evq *q);
 /* An EP feeding this EVD uses consumer-controlled notification:
  * kind DAT_EVD_STATE_CONFIG_NOTIFY (unsignalled) or _SOLICITED; delta +1/-1. */
 void dfi_evq_notify_model(struct dfi_evq *q, DAT_EVD_STATE kind, int delta);
+
+/* An object whose events the source made is going away (an EP freed with
+ * completions not reaped): the queued events read from the source that
+ * match(ev, arg) stay for the consumer, but their reaping is no longer
+ * reported to the source (consumed): the object it would name may be
+ * another by then.  Under q's lock, as every read and every reap, so no
+ * reap of one of them is under way.  Returns how many. */
+int dfi_evq_source_detach(struct dfi_evq *q, bool (*match)(const DAT_EVENT *ev, void *arg),
+			  void *arg);
 
 /* The source's notification fired (called from the progress context). */
 void dfi_evq_source_notify(struct dfi_evq *q);
@@ -254,7 +276,8 @@ bool dfi_evq_consumer_drives(struct dfi_evq *q, bool active);
 bool dfi_evq_waited(struct dfi_evq *q);
 
 /* dat_evd_free: DAT_SUCCESS (the EVD is now FREEING; call dfi_evq_fini), or
- * DAT_INVALID_STATE with EVD_IN_USE or EVD_WAITER and nothing changed. */
+ * DAT_INVALID_STATE with EVD_IN_USE or EVD_WAITER and nothing changed.
+ * Posts under way (holds) are waited for, up to DFI_EVQ_HOLD_WAIT_MS. */
 DAT_RETURN dfi_evq_free_begin(struct dfi_evq *q);
 /* IA close: mark FREEING, wake the waiter (it returns DAT_ABORT) and wait
  * until it has left.  Then dfi_evq_fini may run.  false: the waiter is the

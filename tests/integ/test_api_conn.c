@@ -2153,6 +2153,101 @@ static void test_evd_free_refuses_queued_crs(void **state)
 	alarm(0);
 }
 
+/* A consumer that frees its EP and at once the EVD it fed (OFA's
+ * uDAPL lets it): the provider's own late references to that EVD (a
+ * connection event being posted by the progress thread) do not make
+ * dat_evd_free answer EVD_IN_USE.  Each round, on both sides, an EP on a
+ * connection EVD of its own: connected, disconnected (the client
+ * disconnects; every other round it frees its EP at once, without waiting
+ * for its DISCONNECTED), then EP and EVD freed back to back.  The server's
+ * EVD has a CNO whose agent, armed for the end of the connection, takes a
+ * few ms: the post that calls it is still under way when the consumer,
+ * polling, has the event - the window, made wide. */
+#define EVD_FREE_ROUNDS	200
+
+static void agent_slow(DAT_PVOID data, DAT_EVD_HANDLE evd)
+{
+	(void)evd;
+	atomic_fetch_add((atomic_int *)data, 1);
+	sleep_ms(3);
+}
+
+/* The end of the connection on evd, polled (within 5 s): the poll takes
+ * the event as soon as the progress thread has queued it, while that
+ * thread may still be on its way out of the post. */
+static DAT_EVENT_NUMBER poll_conn_end(DAT_EVD_HANDLE evd)
+{
+	uint64_t t0 = now_ns();
+	DAT_EVENT ev;
+
+	while (ms_since(t0) < 5000) {
+		DAT_RETURN rc = dat_evd_dequeue(evd, &ev);
+
+		if (rc == DAT_SUCCESS)
+			return ev.event_number;
+		assert_rc(rc, DAT_QUEUE_EMPTY);
+	}
+	return 0;
+}
+
+static void test_ep_then_evd_free_at_once(void **state)
+{
+	struct pair *p = *state;
+	DAT_EP_ATTR a = ep_attr(4, 4);
+	DAT_EVD_HANDLE sconn = p->s.conn, cconn = p->c.conn;
+	uint64_t t0 = now_ns();
+	char b[160];
+
+	static atomic_int calls;	/* the agent may outlive a failed test */
+	DAT_OS_WAIT_PROXY_AGENT agent = { .instance_data = &calls, .proxy_agent_func = agent_slow };
+	DAT_CNO_HANDLE cno;
+	int rounds = 0;
+
+	watchdog(__func__, 240);
+	atomic_store(&calls, 0);
+	assert_ok(dat_cno_create(p->s.ia, DAT_OS_WAIT_PROXY_AGENT_NULL, &cno));
+	assert_ok(dat_ep_free(p->s.ep));
+	assert_ok(dat_ep_free(p->c.ep));
+	p->s.ep = p->c.ep = DAT_HANDLE_NULL;
+	for (int i = 0; i < EVD_FREE_ROUNDS && ms_since(t0) < 120000; i++, rounds++) {
+		DAT_EVENT_NUMBER n;
+		DAT_RETURN rc;
+
+		assert_ok(dat_evd_create(p->s.ia, 4, cno, DAT_EVD_CONNECTION_FLAG, &p->s.conn));
+		assert_ok(dat_evd_create(p->c.ia, 4, DAT_HANDLE_NULL, DAT_EVD_CONNECTION_FLAG,
+					 &p->c.conn));
+		assert_ok(side_ep(&p->s, &a));
+		assert_ok(side_ep(&p->c, &a));
+		establish(p);
+		assert_ok(dat_cno_modify_agent(cno, agent));	/* one-shot */
+		assert_ok(dat_ep_disconnect(p->c.ep, DAT_CLOSE_GRACEFUL_FLAG));
+		if (i % 2 == 0 && (n = poll_conn_end(p->c.conn)) != DAT_CONNECTION_EVENT_DISCONNECTED)
+			fail_msg("round %d: client: %s after its disconnect, expected "
+				 "DAT_CONNECTION_EVENT_DISCONNECTED", i, n ? ev_name(n) : "nothing");
+		assert_ok(dat_ep_free(p->c.ep));
+		rc = dat_evd_free(p->c.conn);
+		if (rc != DAT_SUCCESS)
+			fail_msg("round %d: client: dat_evd_free right after the free of the last EP "
+				 "on it returned %s", i, rc_name(rc, b, sizeof(b)));
+		if (!is_conn_end(n = poll_conn_end(p->s.conn)))
+			fail_msg("round %d: server: %s, expected the end of its connection", i,
+				 n ? ev_name(n) : "nothing");
+		assert_ok(dat_ep_free(p->s.ep));
+		rc = dat_evd_free(p->s.conn);
+		if (rc != DAT_SUCCESS)
+			fail_msg("round %d: server: dat_evd_free right after the free of the last EP "
+				 "on it returned %s", i, rc_name(rc, b, sizeof(b)));
+	}
+	print_message("# %d rounds in %u ms, the agent called %d times\n", rounds, ms_since(t0),
+		      atomic_load(&calls));
+	assert_int_equal(rounds, EVD_FREE_ROUNDS);
+	assert_ok(dat_cno_free(cno));
+	/* the pair's EVDs again, for the teardown (it closes the IAs) */
+	p->s.conn = sconn;
+	p->c.conn = cconn;
+	alarm(0);
+}
+
 /* ================================= 6. EP freed with completions pending */
 
 static void test_ep_free_with_completions_pending(void **state)
@@ -2248,6 +2343,158 @@ static void test_ep_free_with_completions_pending(void **state)
 	/* the server's EVDs are free of the EP */
 	assert_ok(dat_evd_free(p->s.rcv));
 	assert_ok(dat_evd_free(p->s.req));
+	alarm(0);
+}
+
+/* The quarantine of freed handles off (DAPL_OFI_QUARANTINE=0, read when
+ * the provider is loaded: libdat2 loads it at the first dat_ia_open of a
+ * pair and unloads it at the last close): a freed EP's memory is the next
+ * EP's, as it would be after 4096 frees of a long run. */
+static int pair_setup_no_quarantine(void **state)
+{
+	setenv("DAPL_OFI_QUARANTINE", "0", 1);
+	return pair_setup(state);
+}
+
+static int pair_teardown_no_quarantine(void **state)
+{
+	int rc = pair_teardown(state);
+
+	unsetenv("DAPL_OFI_QUARANTINE");
+	return rc;
+}
+
+/* Dequeue what a freed EP left on evd (within ms): DTO events of op with
+ * cookies [lo, lo + n), each at most once, naming the freed handle or
+ * none.  Returns how many. */
+static int reap_stale(DAT_EVD_HANDLE evd, DAT_EP_HANDLE old, DAT_DTOS op, uint64_t lo, int n,
+		      unsigned ms)
+{
+	DAT_EVENT ev;
+	const DAT_DTO_COMPLETION_EVENT_DATA *d = &ev.event_data.dto_completion_event_data;
+	uint64_t seen = 0, t0 = now_ns();
+	int got = 0;
+
+	while (ms_since(t0) < ms) {
+		DAT_RETURN rc = dat_evd_dequeue(evd, &ev);
+
+		if (rc != DAT_SUCCESS) {
+			assert_rc(rc, DAT_QUEUE_EMPTY);
+			sleep_ms(5);
+			continue;
+		}
+		if (ev.event_number != DAT_DTO_COMPLETION_EVENT || d->operation != op ||
+		    d->user_cookie.as_64 < lo || d->user_cookie.as_64 >= lo + (uint64_t)n ||
+		    (seen & (1ull << (d->user_cookie.as_64 - lo))) ||
+		    (d->ep_handle != old && d->ep_handle != DAT_HANDLE_NULL))
+			fail_msg("an event left by a freed EP: %s, op %d, cookie %llu, ep %p "
+				 "(freed %p)", ev_name(ev.event_number), (int)d->operation,
+				 (unsigned long long)d->user_cookie.as_64, (void *)d->ep_handle,
+				 (void *)old);
+		seen |= 1ull << (d->user_cookie.as_64 - lo);
+		got++;
+	}
+	return got;
+}
+
+/* An EP freed with completions not reaped yet, some in its EVDs' rings,
+ * some still in their CQs (the EVDs hold 4 events, the EP 8 of each), and a
+ * new EP in the same memory (the quarantine is off): reaping the old EP's
+ * events must not give their queue slots to the new EP, whose counts would
+ * wrap and leave its queues "full" for good.  The new EP connects and posts
+ * its full depth of receives and sends. */
+static void test_ep_free_reused_memory_keeps_credits(void **state)
+{
+	struct pair *p = *state;
+	const DAT_COUNT q = 8;
+	DAT_EP_ATTR a = ep_attr(q, q);
+	DAT_EVD_HANDLE req, rcv;
+	DAT_EP_HANDLE old;
+	DAT_BOOLEAN rcv_idle = DAT_FALSE, req_idle = DAT_FALSE;
+	DAT_EVENT ev;
+	DAT_COUNT nmore = 0;
+	int nreq, nrcv;
+
+	watchdog(__func__, 60);
+	/* the client's EP on EVDs of 4 events */
+	assert_ok(dat_ep_free(p->c.ep));
+	assert_ok(dat_evd_create(p->c.ia, 4, DAT_HANDLE_NULL, DAT_EVD_DTO_FLAG, &req));
+	assert_ok(dat_evd_create(p->c.ia, 4, DAT_HANDLE_NULL, DAT_EVD_DTO_FLAG, &rcv));
+	assert_ok(dat_ep_create(p->c.ia, p->c.pz, rcv, req, p->c.conn, &a, &p->c.ep));
+	for (int i = 0; i < q; i++) {
+		assert_ok(post_recv1(&p->s, 64 * (size_t)i, 64, 100 + (uint64_t)i));
+		assert_ok(post_recv1(&p->c, 64 * (size_t)i, 64, 200 + (uint64_t)i));
+	}
+	establish(p);
+	for (int i = 0; i < q; i++) {
+		assert_ok(post_send1(&p->c, 1024 + 64 * (size_t)i, 16, 300 + (uint64_t)i,
+				     DAT_COMPLETION_DEFAULT_FLAG));
+		assert_ok(post_send1(&p->s, 1024 + 64 * (size_t)i, 16, 400 + (uint64_t)i,
+				     DAT_COMPLETION_DEFAULT_FLAG));
+	}
+	/* a wait for a full ring takes one event and leaves three, read from
+	 * the CQ; the other four stay in the CQ */
+	assert_ok(dat_evd_wait(req, 5 * SEC, 4, &ev, &nmore));
+	assert_int_equal(ev.event_data.dto_completion_event_data.user_cookie.as_64, 300);
+	assert_ok(dat_evd_wait(rcv, 5 * SEC, 4, &ev, &nmore));
+	assert_int_equal(ev.event_data.dto_completion_event_data.user_cookie.as_64, 200);
+	for (int i = 0; i < q; i++) {
+		expect_dto(p->s.req, p->s.ep, 400 + (uint64_t)i, DAT_DTO_SEND, DAT_DTO_SUCCESS, 16,
+			   2000, "server send");
+		expect_dto(p->s.rcv, p->s.ep, 100 + (uint64_t)i, DAT_DTO_RECEIVE, DAT_DTO_SUCCESS,
+			   16, 2000, "server receive");
+	}
+	sleep_ms(100);		/* the client's last completions are in its CQs */
+
+	old = p->c.ep;
+	assert_ok(dat_ep_free(p->c.ep));
+	assert_ok(dat_ep_create(p->c.ia, p->c.pz, rcv, req, p->c.conn, &a, &p->c.ep));
+	if (p->c.ep != old)
+		fail_msg("the new EP %p is not in the freed EP's memory %p: DAPL_OFI_QUARANTINE=0 "
+			 "was not in force, the test proves nothing", (void *)p->c.ep, (void *)old);
+	assert_ok(dat_ep_get_status(p->c.ep, NULL, &rcv_idle, &req_idle));
+	assert_true(rcv_idle && req_idle);
+
+	nreq = reap_stale(req, old, DAT_DTO_SEND, 301, q - 1, 300);
+	nrcv = reap_stale(rcv, old, DAT_DTO_RECEIVE, 201, q - 1, 300);
+	print_message("# reaped %d request and %d receive events of the freed EP\n", nreq, nrcv);
+	assert_true(nreq >= 3 && nrcv >= 3);	/* at least what the rings held */
+	assert_ok(dat_ep_get_status(p->c.ep, NULL, &rcv_idle, &req_idle));
+	if (!rcv_idle || !req_idle)
+		fail_msg("a new EP reports its %s queue busy with nothing posted: the freed EP's "
+			 "events gave their slots to it", !req_idle ? "request" : "receive");
+
+	/* the server's EP lost its peer: a new one */
+	{
+		char b[160];
+		DAT_RETURN rc = wait_ev(p->s.conn, 5000, &ev);
+
+		if (rc != DAT_SUCCESS || !is_conn_end(ev.event_number))
+			fail_msg("server: no DISCONNECTED or BROKEN after its peer EP was freed "
+				 "(dat_evd_wait: %s, %s)", rc_name(rc, b, sizeof(b)),
+				 rc == DAT_SUCCESS ? ev_name(ev.event_number) : "no event");
+	}
+	while (dat_evd_dequeue(p->c.conn, &ev) == DAT_SUCCESS)
+		;
+	assert_ok(dat_ep_free(p->s.ep));
+	assert_ok(side_ep(&p->s, &a));
+
+	/* the new EP's full depth, both queues */
+	for (int i = 0; i < q; i++) {
+		assert_ok(post_recv1(&p->s, 64 * (size_t)i, 64, 500 + (uint64_t)i));
+		assert_ok(post_recv1(&p->c, 64 * (size_t)i, 64, 600 + (uint64_t)i));
+	}
+	establish(p);
+	for (int i = 0; i < q; i++)
+		assert_ok(post_send1(&p->c, 1024 + 64 * (size_t)i, 16, 700 + (uint64_t)i,
+				     DAT_COMPLETION_DEFAULT_FLAG));
+	for (int i = 0; i < q; i++) {
+		expect_dto(req, p->c.ep, 700 + (uint64_t)i, DAT_DTO_SEND, DAT_DTO_SUCCESS, 16,
+			   2000, "client send on the new EP");
+		expect_dto(p->s.rcv, p->s.ep, 500 + (uint64_t)i, DAT_DTO_RECEIVE, DAT_DTO_SUCCESS,
+			   16, 2000, "server receive from the new EP");
+	}
+	/* the EVDs go with the IA (the client's EP still names them) */
 	alarm(0);
 }
 
@@ -4855,8 +5102,12 @@ int main(int argc, char **argv)
 		TP(test_peer_sigkilled_while_receiving),
 		/* 6. EP freed with completions due */
 		TP(test_ep_free_with_completions_pending),
+		cmocka_unit_test_setup_teardown(test_ep_free_reused_memory_keeps_credits,
+						pair_setup_no_quarantine,
+						pair_teardown_no_quarantine),
 		TP(test_psp_free_keeps_pending_crs),
 		TP(test_evd_free_refuses_queued_crs),
+		TP(test_ep_then_evd_free_at_once),
 		/* 7. RSP */
 		TP(test_rsp_accept_with_null_ep),
 		/* RMR (emulated) */

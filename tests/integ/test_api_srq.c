@@ -994,6 +994,91 @@ static void test_srq_free_with_eps(void **state)
 	alarm(0);
 }
 
+/* The quarantine of freed handles off (DAPL_OFI_QUARANTINE, read when
+ * libdat2 loads the provider, at the pair's first dat_ia_open): a freed
+ * EP's memory is the next EP's. */
+static int pair_setup_no_quarantine(void **state)
+{
+	setenv("DAPL_OFI_QUARANTINE", "0", 1);
+	return pair_setup(state);
+}
+
+static int pair_teardown_no_quarantine(void **state)
+{
+	int rc = pair_teardown(state);
+
+	unsetenv("DAPL_OFI_QUARANTINE");
+	return rc;
+}
+
+/* An SRQ EP freed with receive completions queued on its recv EVD, and a
+ * plain EP made at once in its memory on the same EVDs: reaping the freed
+ * EP's events gives no receive slot to the new EP (its count would wrap:
+ * "receive queue full" for good), and the SRQ's counts stay right. */
+static void test_srq_ep_free_reused_memory(void **state)
+{
+	struct pair *p = *state;
+	DAT_EP_ATTR a = ep_attr(EP_DTOS);
+	DAT_EP_HANDLE old, ep;
+	DAT_BOOLEAN rcv_idle = DAT_FALSE;
+	DAT_EVENT ev;
+	DAT_COUNT nmore = 0;
+	int stale = 0;
+	uint64_t t0;
+
+	watchdog(__func__, 30);
+	assert_ok(make_srq(p, 8, 1));
+	for (unsigned i = 0; i < 4; i++)
+		assert_ok(srq_post(p, i));
+	connect_eps(p, 1);
+	for (uint32_t i = 0; i < 3; i++)
+		assert_ok(send_msg(p, 0, i, 256 * (size_t)i));
+	reap_sends(p, 3);
+	/* one reaped, two left in the ring */
+	assert_ok(dat_evd_wait(p->s.rcv, 5 * SEC, 3, &ev, &nmore));
+	assert_int_equal(nmore, 2);
+
+	old = p->sep[0];
+	assert_ok(dat_ep_free(old));
+	assert_ok(dat_ep_create(p->s.ia, p->s.pz, p->s.rcv, p->s.req, p->s.conn, &a, &ep));
+	if (ep != old)
+		fail_msg("the new EP %p is not in the freed EP's memory %p: DAPL_OFI_QUARANTINE=0 "
+			 "was not in force, the test proves nothing", (void *)ep, (void *)old);
+	t0 = now_ns();
+	while (ms_since(t0) < 300) {
+		DAT_RETURN rc = dat_evd_dequeue(p->s.rcv, &ev);
+
+		if (rc != DAT_SUCCESS) {
+			assert_rc(rc, DAT_QUEUE_EMPTY);
+			sleep_ms(5);
+			continue;
+		}
+		assert_int_equal(ev.event_data.dto_completion_event_data.operation,
+				 DAT_DTO_RECEIVE);
+		assert_true(ev.event_data.dto_completion_event_data.ep_handle == old ||
+			    ev.event_data.dto_completion_event_data.ep_handle == DAT_HANDLE_NULL);
+		stale++;
+	}
+	print_message("# reaped %d receive events of the freed SRQ EP\n", stale);
+	assert_int_equal(stale, 2);
+	assert_ok(dat_ep_get_status(ep, NULL, &rcv_idle, NULL));
+	if (!rcv_idle)
+		fail_msg("a new EP reports its receive queue busy with nothing posted: the freed "
+			 "SRQ EP's events gave their slots to it");
+	for (int i = 0; i < EP_DTOS; i++) {	/* its full depth, before a connect */
+		DAT_LMR_TRIPLET t = seg(&p->s, 4096 + 64 * (size_t)i, 64);
+
+		assert_ok(dat_ep_post_recv(ep, 1, &t, ck(1000 + (uint64_t)i),
+					   DAT_COMPLETION_DEFAULT_FLAG));
+	}
+	/* the SRQ: one buffer still posted, the three that completed free */
+	for (unsigned i = 4; i < 11; i++)
+		assert_ok(srq_post(p, i));
+	assert_rc(srq_post(p, 11), ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_SRQ));
+	assert_ok(dat_ep_free(ep));
+	alarm(0);
+}
+
 /* ====================================================== 7. resize */
 
 static void test_srq_resize(void **state)
@@ -1236,6 +1321,9 @@ int main(int argc, char **argv)
 		TP(test_srq_queue_full),
 		TP(test_srq_ep_broken),
 		TP(test_srq_free_with_eps),
+		cmocka_unit_test_setup_teardown(test_srq_ep_free_reused_memory,
+						pair_setup_no_quarantine,
+						pair_teardown_no_quarantine),
 		TP(test_srq_resize),
 		TP(test_srq_low_watermark),
 		TP(test_srq_ep_watermarks),

@@ -1021,6 +1021,61 @@ static void test_s12_free_while_referenced(void **state)
 	evq_free(aq);
 }
 
+/* A post under way into q on a thread of its own (the progress thread's
+ * connection event): held, then, after `us`, posted and unheld. */
+struct holder {
+	struct dfi_evq *q;
+	unsigned us;
+	atomic_bool held;
+};
+
+static void *hold_post_unhold(void *arg)
+{
+	struct holder *h = arg;
+	DAT_EVENT ev = ev_sw(7);
+
+	dfi_evq_hold(h->q);
+	atomic_store(&h->held, true);
+	t_sleep_us(h->us);
+	dfi_evq_post(h->q, &ev);
+	dfi_evq_unhold(h->q);
+	return NULL;
+}
+
+/* The EP that fed q is freed while its last event is still being posted:
+ * dat_evd_free waits for the post to end, then succeeds (OFA uDAPL's
+ * does); a hold of the freeing thread itself (a CNO agent called by that
+ * post) is refused at once, not waited for. */
+static void test_s12_free_waits_for_a_post_under_way(void **state)
+{
+	const DAT_RETURN in_use = DFI_ERR(DAT_INVALID_STATE, DAT_INVALID_STATE_EVD_IN_USE);
+	struct dfi_evq *aq = evq_new_async(16);
+	struct dfi_evq *q = evq_new(8, DAT_EVD_SOFTWARE_FLAG | DAT_EVD_CONNECTION_FLAG, aq);
+	struct holder h = { .q = q, .us = 50000 };
+	pthread_t t;
+	uint64_t t0;
+
+	(void)state;
+	dfi_evq_hold(q);				/* this thread's own */
+	t0 = t_now();
+	assert_int_equal(dfi_evq_free_begin(q), in_use);
+	assert_true(t_now() - t0 < 1000 * MS);
+	dfi_evq_unhold(q);
+
+	dfi_evq_ref(q);					/* "EP created" */
+	assert_int_equal(pthread_create(&t, NULL, hold_post_unhold, &h), 0);
+	while (!atomic_load(&h.held))
+		t_sleep_us(100);
+	dfi_evq_unref(q);				/* "EP freed" */
+	t0 = t_now();
+	assert_int_equal(dfi_evq_free_begin(q), DAT_SUCCESS);
+	assert_true(t_now() - t0 >= 20 * MS);		/* it did wait */
+	assert_int_equal(pthread_join(t, NULL), 0);
+	dfi_evq_fini(q);
+	free(q);
+	evq_free(aq);
+}
+
 static void test_free_with_queued_events(void **state)
 {
 	struct dfi_evq *aq = evq_new_async(16);
@@ -1031,6 +1086,100 @@ static void test_free_with_queued_events(void **state)
 		assert_int_equal(evq_post_sw(q, i), DAT_SUCCESS);
 	evq_free(q);					/* queued events are lost */
 	assert_int_equal(dfi_evq_count(aq), 0);
+	evq_free(aq);
+}
+
+/* ============================================================ source detach */
+
+/* A source of n DTO events naming EP a or b in turn, counting the reaps it
+ * is told of (consumed) per EP. */
+struct tag_source {
+	DAT_EVENT ev[8];
+	int n, next;
+	int reaped_a, reaped_b;
+};
+
+#define TAG_EP_A ((DAT_EP_HANDLE)(uintptr_t)0x100)
+#define TAG_EP_B ((DAT_EP_HANDLE)(uintptr_t)0x200)
+
+static int tag_read(void *ctx, DAT_EVENT *ev, int max)
+{
+	struct tag_source *s = ctx;
+	int k = 0;
+
+	while (k < max && s->next < s->n)
+		ev[k++] = s->ev[s->next++];
+	return k;
+}
+
+static int tag_trywait(void *ctx)
+{
+	struct tag_source *s = ctx;
+
+	return s->next < s->n ? -EAGAIN : 0;
+}
+
+static int tag_fd(void *ctx)
+{
+	(void)ctx;
+	return -1;
+}
+
+static void tag_consumed(void *ctx, const DAT_EVENT *ev)
+{
+	struct tag_source *s = ctx;
+	DAT_EP_HANDLE ep = ev->event_data.dto_completion_event_data.ep_handle;
+
+	if (ep == TAG_EP_A)
+		s->reaped_a++;
+	else if (ep == TAG_EP_B)
+		s->reaped_b++;
+}
+
+static const struct dfi_evq_source_ops tag_ops = {
+	.read = tag_read, .trywait = tag_trywait, .fd = tag_fd, .consumed = tag_consumed,
+};
+
+static bool names_ep(const DAT_EVENT *ev, void *ep)
+{
+	return ev->event_data.dto_completion_event_data.ep_handle == ep;
+}
+
+/* An EP freed with events queued (dto.c, dfi_ep_dto_orphan): its events
+ * read from the source stay for the consumer, in order, but their reaps
+ * are no longer reported to the source; the other EP's still are, and a
+ * software event in between is untouched. */
+static void test_source_detach_keeps_events_drops_reaps(void **state)
+{
+	struct dfi_evq *aq = evq_new_async(16);
+	struct dfi_evq *q = evq_new(16, DAT_EVD_DTO_FLAG | DAT_EVD_SOFTWARE_FLAG, aq);
+	struct tag_source s;
+
+	(void)state;
+	memset(&s, 0, sizeof(s));
+	for (int i = 0; i < 8; i++) {
+		s.ev[i] = ev_dto((uint64_t)i);
+		s.ev[i].event_data.dto_completion_event_data.ep_handle = i % 2 ? TAG_EP_B : TAG_EP_A;
+	}
+	s.n = 4;
+	dfi_evq_set_source(q, &tag_ops, &s);
+	dfi_evq_source_flush(q);		/* 0..3 into the ring */
+	assert_int_equal(evq_post_sw(q, 100), DAT_SUCCESS);
+	s.n = 8;
+	dfi_evq_source_flush(q);		/* 4..7 after it */
+	assert_int_equal(dfi_evq_count(q), 9);
+	assert_int_equal(dfi_evq_source_detach(q, names_ep, TAG_EP_A), 4);
+	assert_int_equal(dfi_evq_source_detach(q, names_ep, TAG_EP_A), 0);
+	for (uint64_t i = 0; i < 4; i++)
+		evq_expect(q, i);
+	evq_expect(q, 100);
+	for (uint64_t i = 4; i < 8; i++)
+		evq_expect(q, i);
+	evq_expect_empty(q);
+	assert_int_equal(s.reaped_a, 0);
+	assert_int_equal(s.reaped_b, 4);
+	dfi_evq_set_source(q, NULL, NULL);
+	evq_free(q);
 	evq_free(aq);
 }
 
@@ -2319,6 +2468,7 @@ int main(void)
 		evtest(test_s11_free_with_blocked_waiter_D8),
 		evtest(test_s11_abort_without_waiter),
 		evtest(test_s12_free_while_referenced),
+		evtest(test_s12_free_waits_for_a_post_under_way),
 		evtest(test_free_with_queued_events),
 		evtest(test_s13_overflow_reported_on_async_D4),
 		evtest(test_s13_overflow_once_per_episode),
@@ -2326,6 +2476,7 @@ int main(void)
 		evtest(test_s13_source_never_overflows_ring_D5),
 		evtest(test_dequeue_and_wait_read_the_batches_they_need),
 		evtest(test_dequeue_read_one_past_the_ring),
+		evtest(test_source_detach_keeps_events_drops_reaps),
 		evtest(test_s14_post_se_full_is_not_overflow),
 		evtest(test_s16_async_overflow_is_catastrophic),
 		evtest(test_s16_async_overflow_from_reports),
