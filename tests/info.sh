@@ -88,7 +88,7 @@ done
 expect_problem "$work/build.out" ofi-bad-params \
 	'ia_params "tcp" name no interface, IPv4 address or host name' 'for example "tcp lo"'
 expect_problem "$work/build.out" ofi-bad-prov \
-	"libfabric has no provider 'nosuchprov'" "offers FI_EP_MSG here: "
+	"libfabric has no provider 'nosuchprov'" "that dapl-ofi serves here: "
 problem "$work/build.out" ofi-bad-prov | grep -qE 'fix: .*here: ([a-z_]+, )*tcp'
 ok $? "ofi-bad-prov: the fix names tcp among the providers" "$(problem "$work/build.out" ofi-bad-prov)"
 expect_problem "$work/build.out" ofi-bad-if \
@@ -96,7 +96,7 @@ expect_problem "$work/build.out" ofi-bad-if \
 problem "$work/build.out" ofi-bad-if | grep -qE 'fix: .*(: |, )lo 127\.0\.0\.1'
 ok $? "ofi-bad-if: the fix lists lo 127.0.0.1" "$(problem "$work/build.out" ofi-bad-if)"
 expect_problem "$work/build.out" ofi-bad-key \
-	"unknown option 'frobnicate'" "the options are mtu=<bytes>, rdma_read=0|1 and domain="
+	"unknown option 'frobnicate'" "the options are mtu=<bytes>, rdma_read=0|1, domain="
 long=$(awk 'length($0) > 100' "$work/build.out")
 [ -z "$long" ]
 ok $? "every line fits 100 columns" "$long"

@@ -408,18 +408,20 @@ static bool check_params(struct entry *e)
 	case DFI_CFG_WORD:
 		problem(e, "ia_params \"%s\": unexpected word '%s'", p, c->bad);
 		remedy(e, "after the provider and the interface come only key=value options "
-		       "(mtu, rdma_read, domain)");
+		       "(mtu, rdma_read, domain, ext, ep)");
 		break;
 	case DFI_CFG_VALUE:
 		problem(e, "ia_params \"%s\": %s", p, c->error);
 		remedy(e, "%s", strcmp(c->bad, "mtu") == 0 ? "mtu=<bytes>, 256 or more" :
 		       strcmp(c->bad, "rdma_read") == 0 ? "rdma_read=0 or rdma_read=1" :
+		       strcmp(c->bad, "ext") == 0 ? "ext=ib or ext=ofi" :
+		       strcmp(c->bad, "ep") == 0 ? "ep=msg or ep=rdm" :
 		       "domain=<libfabric domain name> (fi_info -p <provider> lists them)");
 		break;
 	case DFI_CFG_KEY:
 		problem(e, "ia_params \"%s\": unknown option '%s'", p, c->bad);
-		remedy(e, "remove it; the options are mtu=<bytes>, rdma_read=0|1 and "
-		       "domain=<libfabric domain>");
+		remedy(e, "remove it; the options are mtu=<bytes>, rdma_read=0|1, "
+		       "domain=<libfabric domain>, ext=ib|ofi and ep=msg|rdm");
 		break;
 	}
 	/* after a bad option, the provider and the address still fill the
@@ -449,16 +451,15 @@ static bool check_params(struct entry *e)
 		return ok;
 	if (r == -ENOENT) {
 		problem(e, "libfabric has no provider '%s'", c->prov_name);
-		remedy(e, "use one that offers FI_EP_MSG here: %s (fi_info -l lists every "
+		remedy(e, "use one that dapl-ofi serves here: %s (fi_info -l lists every "
 		       "provider)", providers);
 		return false;
 	}
-	problem(e, "libfabric provider '%s' offers no FI_EP_MSG endpoint on %s%s%s",
-		c->prov_name, e->addr, c->domain[0] ? " in domain " : "", c->domain);
-	remedy(e, "use a provider that does (here: %s)%s", providers,
+	/* the probe says which endpoint type was looked for, or why the
+	 * provider's is not served */
+	problem(e, "%s", err);
+	remedy(e, "use a provider that dapl-ofi serves (here: %s)%s", providers,
 	       c->domain[0] ? ", or drop domain=" : "");
-	if (r != -ENODEV)
-		snprintf(e->reason, sizeof(e->reason), "%s", err);
 	return false;
 }
 
@@ -620,11 +621,11 @@ static void diagnose(struct entry *e, bool try, const struct entry *es, int n)
 			       e->cfg.domain[0] ? e->cfg.domain : "(any)");
 		}
 		if (e->have_lim)
-			detail(e, "    libfabric   %s %u.%u (libfabric %u.%u), FI_EP_MSG, fabric %s, "
+			detail(e, "    libfabric   %s %u.%u (libfabric %u.%u), %s, fabric %s, "
 			       "domain %s, iov %zu, rma iov %zu, queues %zu/%zu, max_msg_size %llu, "
 			       "mr_key_size %zu\n", e->lim.prov_name, e->lim.prov_major,
 			       e->lim.prov_minor, e->lim.fi_major, e->lim.fi_minor,
-			       e->lim.fabric_name, e->lim.domain_name, e->lim.iov_limit,
+			       e->lim.rdm ? "FI_EP_RDM" : "FI_EP_MSG", e->lim.fabric_name, e->lim.domain_name, e->lim.iov_limit,
 			       e->lim.rma_iov_limit, e->lim.tx_size, e->lim.rx_size,
 			       (unsigned long long)e->lim.max_msg_size, e->lim.mr_key_size);
 	}
@@ -687,6 +688,17 @@ static void print_detail(char *d)
 	}
 }
 
+/* The endpoint type the entry's DAT endpoints map onto: what the probe
+ * found, else what ia_params asks for. */
+static const char *backend(const struct entry *e)
+{
+	if (!e->ours)
+		return "";
+	if (e->have_lim)
+		return e->lim.rdm ? "rdm" : "msg";
+	return e->cfg.ep == DFI_CFG_EP_RDM ? "rdm" : e->cfg.ep == DFI_CFG_EP_MSG ? "msg" : "";
+}
+
 static void print_table(struct entry *es, int n, bool all)
 {
 	const char *head[] = { "IA", "result", "provider", "backend", "interface", "address",
@@ -698,7 +710,7 @@ static void print_table(struct entry *es, int n, bool all)
 	for (int i = 0; i < n; i++) {
 		struct entry *e = &es[i];
 		const char *col[8] = { e->f[0] ? e->f[0] : "?", state_names[e->state],
-				       e->cfg.prov_name, e->ours ? "msg" : "", e->iface,
+				       e->cfg.prov_name, backend(e), e->iface,
 				       e->addr, e->lim.fabric_name, e->lim.domain_name };
 
 		if (!e->ours && !all)
@@ -716,7 +728,7 @@ static void print_table(struct entry *es, int n, bool all)
 			continue;
 		printf("%-*s  %-*s  %-*s  %-*s  %-*s  %-*s  %-*s  %s\n",
 		       w[0], e->f[0] ? e->f[0] : "?", w[1], state_names[e->state],
-		       w[2], or_dash(e->cfg.prov_name), w[3], e->ours ? "msg" : "-",
+		       w[2], or_dash(e->cfg.prov_name), w[3], or_dash(backend(e)),
 		       w[4], or_dash(e->iface), w[5], or_dash(e->addr),
 		       w[6], or_dash(e->lim.fabric_name), or_dash(e->lim.domain_name));
 	}
