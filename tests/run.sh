@@ -168,6 +168,33 @@ if [ "$scope" = all ] && [ -x "$B/tests/test_api_conn" ]; then
 	DAPL_OFI_INJECT=0 run test_api_conn-inject0-credits 300 "$B/tests/test_api_conn" \
 		'test_stream_credits*'
 fi
+# The RDM backend (src/fabric/rdm/, docs/rdm.md) on libfabric net's RDM
+# endpoints (ofi-net-rdm-lo: "net lo ep=rdm"): the connection suite again,
+# in every variant (TSan: the CM and the streams across threads), and the
+# stock programs in the plain one, about 45 s in all.  Not dtest -W -a nor
+# -D: net's wait fds never settle, so its IAs poll, 10 us to 1 ms apart,
+# and a passive target's 1000 round trips per size take a second each.
+# libfabric 1.17 net leaks endpoint and connection objects of its own
+# (every leak stack goes through fi_endpoint, fi_cq_read or fi_tinject):
+# no leak check there.
+if [ -x "$B/tests/test_api_conn" ] && [ "$scope" != stock ]; then
+	if [ "$variant" = tsan ]; then
+		CONN_TEST_IA=ofi-net-rdm-lo run test_api_conn-rdm-cm 300 "$B/tests/test_api_conn" 'test_cm_*'
+		CONN_TEST_IA=ofi-net-rdm-lo run test_api_conn-rdm-streams 300 "$B/tests/test_api_conn" \
+			'test_stream*'
+	elif [ "$scope" = all ]; then
+		ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0 CONN_TEST_IA=ofi-net-rdm-lo \
+			run test_api_conn-rdm 300 "$B/tests/test_api_conn"
+	fi
+fi
+if [ "$scope" = all ] && [ "$variant" = plain ]; then
+	[ -x tests/stock/dapltest.sh ] && B=$B DAPLTEST_IA=ofi-net-rdm-lo DAPLTEST_WRAP="" \
+		run stock_dapltest-rdm 900 tests/stock/dapltest.sh
+	[ -x tests/stock/clients.sh ] && B=$B CLIENTS_IA=ofi-net-rdm-lo CLIENTS_IA_RR=ofi-net-rdm-lo \
+		CLIENTS_WRAP="" CLIENTS_CASES="dtest-default dtest-p dtest-c dtest-w dtest-u \
+dtest-pingpong dtestcm-poll dtestcm-w dtestx-query dtestx dtestx-p dtestx-m" \
+		run stock_clients-rdm 600 tests/stock/clients.sh
+fi
 # Completion queues with poll fds (DAPL_OFI_CQ_WAIT=pollfd, fabric/cq.c):
 # their fd is dapl-ofi's mirror of the provider's list, and every waiter,
 # the progress thread and each connect and close keep it right.  The

@@ -109,10 +109,17 @@ static void drive(struct cms *c, struct seen *sa, struct seen *sb, unsigned ms,
 				       { dfi_rcm_fd(c->b), POLLIN, 0 } };
 		int got = 0;
 
-		while (sa->n < 1024 && dfi_rcm_read(c->a, &sa->ev[sa->n]) == 1)
+		/* a connecting side confirms its ESTABLISHED at once (RTU) */
+		while (sa->n < 1024 && dfi_rcm_read(c->a, &sa->ev[sa->n]) == 1) {
+			if (sa->ev[sa->n].type == DFI_RCM_ESTABLISHED)
+				assert_int_equal(dfi_rcm_confirm(sa->ev[sa->n].conn), 0);
 			sa->n++, got++;
-		while (sb->n < 1024 && dfi_rcm_read(c->b, &sb->ev[sb->n]) == 1)
+		}
+		while (sb->n < 1024 && dfi_rcm_read(c->b, &sb->ev[sb->n]) == 1) {
+			if (sb->ev[sb->n].type == DFI_RCM_ESTABLISHED)
+				assert_int_equal(dfi_rcm_confirm(sb->ev[sb->n].conn), 0);
 			sb->n++, got++;
+		}
 		if (!got)
 			poll(p, 2, 10);
 	}

@@ -10,9 +10,11 @@
 #include "util/param.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* ------------------------------------------------------------- the fabric */
 
@@ -287,6 +289,58 @@ static void conn_gone(struct rdm_fep *e)
 	e->conn = NULL;
 }
 
+/*
+ * The connecting side's fabric path to its peer, made before the peer may
+ * report the connection (its RTU), so that ESTABLISHED on either side means
+ * that data can flow: net and rxm connect underneath at the first message
+ * to a peer, and a fabric path that does not work (a firewall on it, an
+ * address the peer cannot be reached at) ends the connect here, with the
+ * CM channel's close, rather than as a DAT message that never arrives.
+ * The connecting side sends a message of no bytes the peer's accept posted
+ * a receive for (RDM_TAG_HELLO, no context: the DAT layer skips its
+ * completion), retried until the provider takes it, which it does once its
+ * connection is up.  Lock held; the provider's progress is driven
+ * meanwhile (the peer's half is its own thread's).
+ */
+static int path_up(struct rdm_fep *e, const struct dfi_rcm_end *remote)
+{
+	uint64_t tag = RDM_TAG_HELLO(remote->id, remote->gen);
+	struct timespec t0, now;
+	ssize_t rc;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		rc = fi_tinject(e->ep, NULL, 0, e->peer, tag);
+		if (rc != -FI_EAGAIN)
+			break;
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		if ((now.tv_sec - t0.tv_sec) * 1000 + (now.tv_nsec - t0.tv_nsec) / 1000000 >
+		    RDM_HELLO_MS) {
+			rc = -FI_ETIMEDOUT;
+			break;
+		}
+		(void)fi_cq_read(e->rep->txcq->cq, NULL, 0);
+		if (e->rep->rxcq != e->rep->txcq)
+			(void)fi_cq_read(e->rep->rxcq->cq, NULL, 0);
+		sched_yield();
+	}
+	if (rc)
+		dfi_warn(DFI_SS_FABRIC, "RDM endpoint of the peer not reached: %s",
+			 fi_strerror((int)-rc));
+	return (int)rc;
+}
+
+/* A few progress passes of the endpoint's CQs, reading no completion:
+ * messages already received by this host are matched to their receives. */
+static void drain(struct rdm_fep *e)
+{
+	for (int i = 0; i < 4; i++) {
+		(void)fi_cq_read(e->rep->rxcq->cq, NULL, 0);
+		if (e->rep->txcq != e->rep->rxcq)
+			(void)fi_cq_read(e->rep->txcq->cq, NULL, 0);
+	}
+}
+
 /* One rcm event as a CM event (lock held).  false: nothing to report. */
 static bool translate(struct rdm_fabric *rf, struct dfi_rcm_event *r, struct dfi_cm_event *ev)
 {
@@ -321,6 +375,13 @@ static bool translate(struct rdm_fabric *rf, struct dfi_rcm_event *r, struct dfi
 				return true;
 			}
 			e->stag = RDM_TAG(r->remote.id, r->remote.gen);
+			if (path_up(e, &r->remote) || dfi_rcm_confirm(e->conn)) {
+				conn_gone(e);	/* the peer sees the channel close */
+				ev->type = DFI_CM_ERROR;
+				ev->ctx = e->ctx;
+				ev->err = ETIMEDOUT;
+				return true;
+			}
 		}
 		e->established = true;
 		ev->type = DFI_CM_CONNECTED;
@@ -333,6 +394,10 @@ static bool translate(struct rdm_fabric *rf, struct dfi_rcm_event *r, struct dfi
 		ev->err = ECONNREFUSED;
 		break;
 	case DFI_RCM_DISCONNECTED:
+		/* The peer's DREQ comes over rcm's socket, not behind its data:
+		 * what it sent before is placed first, as far as it is here
+		 * (docs/rdm.md: what is still on the wire is not waited for) */
+		drain(e);
 		conn_gone(e);
 		ev->type = e->established ? DFI_CM_SHUTDOWN : DFI_CM_ERROR;
 		ev->ctx = e->ctx;
@@ -559,8 +624,13 @@ static int rdm_fep_accept(struct dfi_fep *fe, const void *pdata, size_t plen)
 
 	pthread_mutex_lock(&e->rf->lock);
 	if (e->conn) {
+		/* the connecting side's hello (path_up): consumed here, its
+		 * completion without a context */
+		ssize_t r = fi_trecv(e->ep, NULL, 0, NULL, FI_ADDR_UNSPEC,
+				     RDM_TAG_HELLO(e->id, e->gen), 0, NULL);
+
 		self_end(e, &self);
-		rc = dfi_rcm_accept(e->conn, &self, pdata, plen, e);
+		rc = r ? (int)r : dfi_rcm_accept(e->conn, &self, pdata, plen, e);
 	}
 	pthread_mutex_unlock(&e->rf->lock);
 	if (rc)

@@ -37,6 +37,7 @@ struct sock {
 enum conn_state {
 	C_CONNECTING,		/* connecting side: the TCP connect in flight */
 	C_WAIT_REP,		/* connecting side: REQ sent */
+	C_REP_TAKEN,		/* connecting side: REP given, RTU not sent yet */
 	C_WAIT_REQ,		/* accepting side: accepted, REQ not whole yet */
 	C_DELIVERED,		/* accepting side: CONNREQ given, not answered */
 	C_WAIT_RTU,		/* accepting side: REP sent */
@@ -343,11 +344,7 @@ static bool on_msg(struct dfi_rcm_conn *c, const struct dfi_rdm_msg *m)
 		if (m->type != DFI_RDM_REP || !for_me(c, m))
 			break;
 		take_end(&c->peer, m);
-		if (send_ids(c, DFI_RDM_RTU)) {
-			conn_end(c, DFI_RCM_BROKEN, ECONNRESET);
-			return false;
-		}
-		c->state = C_ESTABLISHED;
+		c->state = C_REP_TAKEN;		/* RTU at dfi_rcm_confirm */
 		e = ev_new(c->cm, DFI_RCM_ESTABLISHED, c);
 		if (e) {
 			e->ia = m->ia;
@@ -403,6 +400,7 @@ static void on_sock_end(struct dfi_rcm_conn *c, int err)
 		return;
 	case C_CONNECTING:
 	case C_WAIT_REP:
+	case C_REP_TAKEN:
 	case C_WAIT_RTU:
 		conn_end(c, DFI_RCM_BROKEN, err ? err : ECONNRESET);
 		return;
@@ -844,6 +842,18 @@ int dfi_rcm_reject(struct dfi_rcm_conn *c, enum dfi_rdm_reason reason, const voi
 		(void)send_msg(c, &m);
 	}
 	conn_destroy(c);
+	return 0;
+}
+
+int dfi_rcm_confirm(struct dfi_rcm_conn *c)
+{
+	if (c->state != C_REP_TAKEN)
+		return c->state == C_ESTABLISHED || c->state == C_DISC_SENT ? 0 : -ENOTCONN;
+	if (send_ids(c, DFI_RDM_RTU)) {
+		conn_end(c, DFI_RCM_BROKEN, ECONNRESET);
+		return -ECONNRESET;
+	}
+	c->state = C_ESTABLISHED;
 	return 0;
 }
 

@@ -30,7 +30,8 @@ struct dfi_rcm_end {
 
 enum dfi_rcm_ev_type {
 	DFI_RCM_CONNREQ,	/* a request on a listener: accept or reject ev.conn */
-	DFI_RCM_ESTABLISHED,	/* connecting side on REP, accepting side on RTU */
+	DFI_RCM_ESTABLISHED,	/* connecting side on REP (then dfi_rcm_confirm),
+				 * accepting side on RTU */
 	DFI_RCM_REJECTED,	/* connecting side: the peer refused (reason) */
 	DFI_RCM_DISCONNECTED,	/* DREQ or DREP came, or the peer's socket closed */
 	DFI_RCM_BROKEN,		/* err: the kernel gave up (ETIMEDOUT), the connect
@@ -85,6 +86,11 @@ int dfi_rcm_accept(struct dfi_rcm_conn *req, const struct dfi_rcm_end *self, con
 		   size_t plen, void *ctx);
 int dfi_rcm_reject(struct dfi_rcm_conn *req, enum dfi_rdm_reason reason, const void *pdata,
 		   size_t plen);
+/* The connecting side, after its ESTABLISHED: its end is ready (the
+ * caller made its fabric path to the peer, docs/rdm.md), and the peer may
+ * report the connection: RTU goes.  0 (also when already confirmed),
+ * -ECONNRESET (the peer went: BROKEN follows) or -ENOTCONN. */
+int dfi_rcm_confirm(struct dfi_rcm_conn *c);
 /* Ask the peer to disconnect: DISCONNECTED follows (its DREP, or its
  * socket's end).  -ENOTCONN if not established. */
 int dfi_rcm_disconnect(struct dfi_rcm_conn *c);

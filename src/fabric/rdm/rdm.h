@@ -18,6 +18,10 @@
 #define RDM_GEN_BITS	14
 #define RDM_GEN_MASK	((1u << RDM_GEN_BITS) - 1)
 #define RDM_TAG(id, gen)	(((uint64_t)(gen) << 32) | (uint64_t)(id))
+/* class 2: the connecting side's hello (ep.c, path_up) */
+#define RDM_TAG_HELLO(id, gen)	((2ull << 46) | RDM_TAG(id, gen))
+/* how long the connecting side tries to reach its peer's endpoint */
+#define RDM_HELLO_MS		5000
 
 /* One FI_EP_RDM endpoint per pair of CQs (a DAT EP's request and receive
  * EVDs), shared by every DAT endpoint bound to that pair. */
