@@ -106,7 +106,7 @@ DAT_RETURN dfi_srq_create(DAT_IA_HANDLE h, DAT_PZ_HANDLE pzh, DAT_SRQ_ATTR *attr
 	struct dfi_pz *pz = dfi_pz_of(ia, pzh);
 	const struct dfi_fabric_limits *l;
 	struct dfi_srq *srq;
-	bool full;
+	bool full, unserved = false;
 	int rc;
 
 	if (!ia)
@@ -159,6 +159,8 @@ DAT_RETURN dfi_srq_create(DAT_IA_HANDLE h, DAT_PZ_HANDLE pzh, DAT_SRQ_ATTR *attr
 	/* Sized for any resize: the context's pool grows on demand, so an
 	 * unused capacity costs nothing (measured: no RSS for 65536). */
 	rc = dfi_srx_open(ia->fab, DFI_MAX_RECV_PER_SRQ, (size_t)srq->max_recv_iov, &srq->srx);
+	if (rc == -ENOSYS)
+		unserved = true;	/* the RDM backend's, for now */
 	if (rc)
 		goto err_obj;
 	pthread_mutex_lock(&ia->lock);
@@ -182,6 +184,9 @@ err_count:
 	pthread_mutex_lock(&ia->lock);
 	ia->n_srq--;
 	pthread_mutex_unlock(&ia->lock);
+	if (unserved)
+		return DFI_REJECT(DFI_ERR(DAT_NOT_IMPLEMENTED, 0),
+				  "SRQs are not served on this IA's reliable-datagram endpoints yet");
 	return DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_MEMORY);
 }
 

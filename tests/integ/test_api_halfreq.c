@@ -1,7 +1,7 @@
 /*
  * dapl-ofi integration tests: a listener closed while libfabric's tcp
  * provider holds connection requests it has accepted and not read yet
- * (issue 29.5; src/fabric/halfreq.c).
+ * (issue 29.5; src/fabric/msg/halfreq.c).
  *
  * libfabric 1.17's tcp provider accepts a connection on a listener as soon
  * as its socket is readable, then waits for the CM header on the accepted

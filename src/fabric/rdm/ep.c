@@ -516,7 +516,6 @@ static int rdm_srx_open(struct dfi_fabric *f, size_t size, size_t iov_limit,
 	(void)size;
 	(void)iov_limit;
 	(void)out;
-	dfi_warn(DFI_SS_FABRIC, "shared receive queues are not served on the RDM backend yet");
 	return -ENOSYS;
 }
 
