@@ -265,6 +265,19 @@ if [ "$scope" = all ] && [ -x tests/hosts/faults.sh ]; then
 		B=$B run hosts_faults 600 tests/hosts/faults.sh
 	fi
 fi
+# The same faults on the RDM backend (ofi-host-rdm: "net veth0 ep=rdm"),
+# whose connections end through their TCP control channel: partitions,
+# loss, a flap, killed peers, 1000 connections, dtest and dapltest across
+# the hosts (about 100 s; the plain variant).  Not stop-streaming: a
+# stopped receiver's kernel still answers on the control channel, and the
+# stream stalls in net's queues, as an IB stream does against a receiver
+# without receives under the infinite RNR retry (docs/rdm.md).
+if [ "$scope" = all ] && [ "$variant" = plain ] && [ -x tests/hosts/faults.sh ]; then
+	B=$B FAULTS_IA=ofi-host-rdm run hosts_faults-rdm 600 tests/hosts/faults.sh \
+		partition-streaming partition-idle partition-a-out partition-a-in kill-sender \
+		kill-receiver kill-idle loss-3 flap stop-idle connect-dropped connect-nolink \
+		listener-killed listener-partitioned thousand dtest dapltest
+fi
 # A 60 s slice of the soak across the two test hosts (tests/hosts/soak.sh,
 # make soak runs it longer): 256 connections, verified sends, RDMA writes
 # and reads under random loss, flaps and a partition, then every resource

@@ -24,6 +24,7 @@ PORT=18700
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
 PEER=$PWD/$B/tests/fault_peer
+IA=${FAULTS_IA:-ofi-host}	# ofi-host-rdm: the same cases on the RDM backend
 [ -x "$PEER" ] || { echo "faults.sh: $PEER missing: run make tests" >&2; exit 2; }
 work=$(mktemp -d)
 trap 'hosts_down; rm -rf "$work"' EXIT
@@ -70,13 +71,13 @@ start_peers() {
 	shift
 	bargs=("$@")
 	rm -f "$work/a.log" "$work/b.log"
-	hosts_spawn b "$work/b.log" "${env[@]}" "$PEER" -n ofi-host -s -p $PORT "${bargs[@]}"
+	hosts_spawn b "$work/b.log" "${env[@]}" "$PEER" -n "$IA" -s -p $PORT "${bargs[@]}"
 	pb=$HOSTS_PID
 	for _ in $(seq 100); do
 		grep -q '^listening' "$work/b.log" 2>/dev/null && break
 		sleep 0.05
 	done
-	hosts_spawn a "$work/a.log" "${env[@]}" "$PEER" -n ofi-host -c "$HOSTS_ADDR_B" -p $PORT \
+	hosts_spawn a "$work/a.log" "${env[@]}" "$PEER" -n "$IA" -c "$HOSTS_ADDR_B" -p $PORT \
 		"${aargs[@]}"
 	pa=$HOSTS_PID
 	for _ in $(seq 200); do
@@ -256,7 +257,7 @@ connect_dropped() {
 	hosts_drop b in
 	rm -f "$work/b.log"
 	t0=$(now_ms) fault_t0=$(now_ms)
-	hosts_spawn a "$work/a.log" DAPL_OFI_PEER_TIMEOUT_MS=$T "$PEER" -n ofi-host \
+	hosts_spawn a "$work/a.log" DAPL_OFI_PEER_TIMEOUT_MS=$T "$PEER" -n "$IA" \
 		-c "$HOSTS_ADDR_B" -p $PORT -T "$2" -t 20
 	pa=$HOSTS_PID
 	wait_pid "$pa" 15 || p+="a: still running 15 s after it connected"$'\n'
@@ -272,7 +273,7 @@ connect_dropped() {
 connect_nolink() {
 	local p="" line
 	hosts_link a down
-	hosts_spawn a "$work/a.log" "$PEER" -n ofi-host -c "$HOSTS_ADDR_B" -p $PORT -T 2000 -t 10
+	hosts_spawn a "$work/a.log" "$PEER" -n "$IA" -c "$HOSTS_ADDR_B" -p $PORT -T 2000 -t 10
 	pa=$HOSTS_PID
 	wait_pid "$pa" 10 || p+="a: still running 10 s after its connect"$'\n'
 	line=$(grep -m1 '^end' "$work/a.log")
@@ -289,10 +290,10 @@ listener_gone() {
 	local p="" t0 tmo=4000
 	[ "$2" = drop-infinite ] && tmo=0
 	rm -f "$work/a.log" "$work/b.log"
-	hosts_spawn b "$work/b.log" "$PEER" -n ofi-host -s -p $PORT -H -t 30
+	hosts_spawn b "$work/b.log" "$PEER" -n "$IA" -s -p $PORT -H -t 30
 	pb=$HOSTS_PID
 	for _ in $(seq 100); do grep -q '^listening' "$work/b.log" && break; sleep 0.05; done
-	hosts_spawn a "$work/a.log" DAPL_OFI_PEER_TIMEOUT_MS=$T "$PEER" -n ofi-host -c "$HOSTS_ADDR_B" \
+	hosts_spawn a "$work/a.log" DAPL_OFI_PEER_TIMEOUT_MS=$T "$PEER" -n "$IA" -c "$HOSTS_ADDR_B" \
 		-p $PORT -T $tmo -t 30
 	pa=$HOSTS_PID
 	for _ in $(seq 100); do grep -q '^held' "$work/b.log" && break; sleep 0.05; done
@@ -345,10 +346,10 @@ thousand() {
 dtest_across() {
 	local p="" s
 	[ "$1" -gt 0 ] && hosts_drop a both "$1"
-	hosts_spawn b "$work/b.log" timeout 60 stdbuf -oL dtest -P ofi-host -s
+	hosts_spawn b "$work/b.log" timeout 60 stdbuf -oL dtest -P "$IA" -s
 	pb=$HOSTS_PID
 	for _ in $(seq 100); do grep -q 'waiting for client' "$work/b.log" && break; sleep 0.05; done
-	hosts_run a timeout 60 stdbuf -oL dtest -P ofi-host -h "$HOSTS_ADDR_B" >"$work/a.log" 2>&1
+	hosts_run a timeout 60 stdbuf -oL dtest -P "$IA" -h "$HOSTS_ADDR_B" >"$work/a.log" 2>&1
 	wait_pid "$pb" 30 || p+="b: dtest server still running 30 s after the client"$'\n'
 	for s in a b; do
 		{ grep -q 'DAPL Test Complete\. PASSED' "$work/$s.log" &&
@@ -364,12 +365,12 @@ dtest_across() {
 dapltest_across() {
 	local p="" s
 	[ "$1" -gt 0 ] && hosts_drop a both "$1"
-	hosts_spawn b "$work/b.log" timeout 90 dapltest -T S -D ofi-host
+	hosts_spawn b "$work/b.log" timeout 90 dapltest -T S -D "$IA"
 	pb=$HOSTS_PID
 	sleep 1
-	hosts_run a timeout 60 dapltest -T T -s "$HOSTS_ADDR_B" -D ofi-host -i 100 -V \
+	hosts_run a timeout 60 dapltest -T T -s "$HOSTS_ADDR_B" -D "$IA" -i 100 -V \
 		client SR 1024 4 server SR 1024 4 client RR 8192 2 server RW 2048 4 >"$work/a.log" 2>&1
-	hosts_run a timeout 20 dapltest -T Q -s "$HOSTS_ADDR_B" -D ofi-host >>"$work/a.log" 2>&1
+	hosts_run a timeout 20 dapltest -T Q -s "$HOSTS_ADDR_B" -D "$IA" >>"$work/a.log" 2>&1
 	wait_pid "$pb" 30 || p+="b: the dapltest server did not stop on -T Q"$'\n'
 	grep -q 'Total WQE' "$work/a.log" || p+="a: no 'Total WQE' statistics"$'\n'
 	for s in a b; do

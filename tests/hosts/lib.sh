@@ -55,7 +55,10 @@ hosts_up() {
 	command -v nft >/dev/null || { echo "hosts: nft (Debian nftables) is missing" >&2; return 77; }
 	HOSTS_DIR=${HOSTS_DIR:-$(mktemp -d)}
 	HOSTS_DATCONF=$HOSTS_DIR/dat.conf
-	echo "ofi-host u2.0 nonthreadsafe default $lib dapl.2.0 \"tcp veth0\" \"\"" > "$HOSTS_DATCONF"
+	# ofi-host-rdm: the RDM backend on net's reliable-datagram endpoints
+	{ echo "ofi-host u2.0 nonthreadsafe default $lib dapl.2.0 \"tcp veth0\" \"\""
+	  echo "ofi-host-rdm u2.0 nonthreadsafe default $lib dapl.2.0 \"net veth0 ep=rdm\" \"\""
+	} > "$HOSTS_DATCONF"
 	hosts_down
 	ip netns add "$HOSTS_A" && ip netns add "$HOSTS_B" &&
 	ip link add veth0 netns "$HOSTS_A" type veth peer name veth0 netns "$HOSTS_B" &&

@@ -285,6 +285,7 @@ static int rdm_eq_trywait(struct dfi_eq *q)
 /* The connection ended: the endpoint's control channel goes (lock held). */
 static void conn_gone(struct rdm_fep *e)
 {
+	atomic_store_explicit(&e->ended, true, memory_order_relaxed);
 	dfi_rcm_conn_free(e->conn);
 	e->conn = NULL;
 }

@@ -13,7 +13,9 @@
  * and whenever its own buffers run out.  The DAT layer counts its queues
  * itself, so this is the provider's transient state, not a full queue:
  * drive its progress (a read of no completions) and try again, for at
- * most RDM_EAGAIN_NS; then the DAT layer hears EAGAIN.  *t0 starts at 0.
+ * most RDM_EAGAIN_NS, or until the connection ends (a dead peer's provider
+ * answers EAGAIN while it reconnects); then the DAT layer hears EAGAIN.
+ * *t0 starts at 0.
  */
 #define RDM_EAGAIN_NS 2000000000ull
 
@@ -26,7 +28,8 @@ static bool again(struct rdm_fep *e, uint64_t *t0)
 	now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 	if (!*t0)
 		*t0 = now;
-	else if (now - *t0 > RDM_EAGAIN_NS)
+	else if (now - *t0 > RDM_EAGAIN_NS ||
+		 atomic_load_explicit(&e->ended, memory_order_relaxed))
 		return false;
 	(void)fi_cq_read(e->rep->txcq->cq, NULL, 0);
 	if (e->rep->rxcq != e->rep->txcq)

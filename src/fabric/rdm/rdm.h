@@ -13,6 +13,7 @@
 #include "rcm.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 /* Tags (docs/rdm.md): class (2 bits, 0: data), generation (14), id (32). */
 #define RDM_GEN_BITS	14
@@ -87,6 +88,9 @@ struct rdm_fep {
 	uint16_t gen;
 	struct dfi_rcm_conn *conn;	/* its control channel; NULL once ended */
 	struct sockaddr_in peer_in;
+	/* the connection ended: a post retrying EAGAIN (post.c) stops, and
+	 * the DAT layer's flush gets the EP's post lock */
+	atomic_bool ended;
 	bool aborted;			/* the kernel gave up on the peer */
 	bool established;
 };
