@@ -873,6 +873,16 @@ POST_INLINE DAT_RETURN post_locked(struct dfi_ep *ep, DAT_COUNT nseg, DAT_LMR_TR
 	}
 	rc = post_to_fabric(ep, kind, sg, n, remote ? remote->virtual_address : 0,
 			    remote ? remote->rmr_context : 0, imm, d);
+	if (rc == -ENOTCONN) {
+		/* the connection ended under the post, before its event came:
+		 * flushed, as a post to a disconnected EP */
+		struct dfi_comp c = { .ctx = d, .err = ECANCELED };
+
+		dto_event(d, &c, &after->ev);
+		dto_put(pool, i);
+		after->flushed = after->evd != NULL;
+		return DAT_SUCCESS;
+	}
 	if (rc) {
 		dto_put(pool, i);
 		if (rc == -EAGAIN)

@@ -536,3 +536,13 @@ void dfi_fep_close_bound(struct dfi_fep *e, struct dfi_cq *const *cqs, int n)
 		pthread_mutex_unlock(&held[i]->mirror->lock);
 	}
 }
+
+int dfi_cq_bind(struct fid_ep *ep, struct dfi_cq *txcq, struct dfi_cq *rxcq)
+{
+	int rc;
+
+	if (txcq == rxcq)
+		return fi_ep_bind(ep, &txcq->cq->fid, FI_TRANSMIT | FI_RECV);
+	rc = fi_ep_bind(ep, &txcq->cq->fid, FI_TRANSMIT);
+	return rc ? rc : fi_ep_bind(ep, &rxcq->cq->fid, FI_RECV);
+}

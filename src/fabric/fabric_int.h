@@ -111,6 +111,17 @@ int dfi_fabric_getinfo(const char *prov, const struct sockaddr_in *addr, const c
 		       enum dfi_ep_kind kind, struct fi_info **out, char *err, size_t errlen);
 void dfi_fabric_fill_limits(const struct fi_info *i, struct dfi_fabric_limits *l);
 
+/* Bind ep to its transmit and receive CQs (one bind if they are the same
+ * CQ), as both backends' endpoints do (cq.c).  0 or -FI_E*. */
+int dfi_cq_bind(struct fid_ep *ep, struct dfi_cq *txcq, struct dfi_cq *rxcq);
+
+/* An RDMA write or read of several segments to raddr/rkey at the peer
+ * `addr` (0 on a connected endpoint): one fi_writemsg/fi_readmsg (post.c
+ * of both backends keep the one-segment case apart, which builds none of
+ * this). */
+int dfi_rma_msg(struct fid_ep *ep, const struct dfi_sge *sg, int n, fi_addr_t addr,
+		uint64_t raddr, uint32_t rkey, void *ctx, bool write);
+
 /* Shared by the posts of both backends. */
 static inline int dfi_post_rc(ssize_t rc)
 {

@@ -394,14 +394,8 @@ static int msg_fep_open(struct dfi_fabric *f, struct dfi_eq *eq, void *req,
 	rc = fi_ep_bind(e->ep, &MSG_EQ(eq)->eq->fid, 0);
 	if (!rc && srx)
 		rc = fi_ep_bind(e->ep, &MSG_SRX(srx)->srx->fid, 0);
-	if (!rc && txcq == rxcq)
-		rc = fi_ep_bind(e->ep, &txcq->cq->fid, FI_TRANSMIT | FI_RECV);
-	else {
-		if (!rc)
-			rc = fi_ep_bind(e->ep, &txcq->cq->fid, FI_TRANSMIT);
-		if (!rc)
-			rc = fi_ep_bind(e->ep, &rxcq->cq->fid, FI_RECV);
-	}
+	if (!rc)
+		rc = dfi_cq_bind(e->ep, txcq, rxcq);
 	if (!rc)
 		rc = fi_enable(e->ep);
 	if (rc) {

@@ -61,35 +61,11 @@ int dfi_msg_srx_post_recv(struct dfi_srx *x, const struct dfi_sge *sg, int n, vo
 	return msg(MSG_SRX(x)->srx, sg, n, ctx, false);
 }
 
-/* Several segments: one fi_writemsg/fi_readmsg (kept apart so that the
- * one-segment post below builds none of this). */
-static int rma_msg(struct msg_fep *e, const struct dfi_sge *sg, int n, uint64_t raddr,
-		   uint32_t rkey, void *ctx, bool write)
-{
-	struct iovec iov[DFI_MAX_SGE];
-	void *desc[DFI_MAX_SGE];
-	size_t total = 0;
-	struct fi_rma_iov riov;
-	struct fi_msg_rma msg = {
-		.msg_iov = iov, .desc = desc, .iov_count = (size_t)n,
-		.rma_iov = &riov, .rma_iov_count = 1, .context = ctx,
-	};
-	int rc = dfi_fill_iov(sg, n, iov, desc);
-
-	if (rc)
-		return rc;
-	for (int i = 0; i < n; i++)
-		total += sg[i].len;
-	riov = (struct fi_rma_iov){ .addr = raddr, .len = total, .key = rkey };
-	return dfi_post_rc(write ? fi_writemsg(e->ep, &msg, FI_COMPLETION) :
-			       fi_readmsg(e->ep, &msg, FI_COMPLETION));
-}
-
 DFI_HOT static int rma(struct msg_fep *e, const struct dfi_sge *sg, int n, uint64_t raddr,
 		       uint32_t rkey, void *ctx, bool write)
 {
 	if (n != 1)
-		return rma_msg(e, sg, n, raddr, rkey, ctx, write);
+		return dfi_rma_msg(e->ep, sg, n, 0, raddr, rkey, ctx, write);
 	return dfi_post_rc(write ? fi_write(e->ep, sg[0].addr, sg[0].len, dfi_sge_desc(&sg[0]), 0,
 					raddr, rkey, ctx) :
 			       fi_read(e->ep, sg[0].addr, sg[0].len, dfi_sge_desc(&sg[0]), 0,
@@ -125,4 +101,26 @@ DFI_HOT int dfi_msg_post_read(struct dfi_fep *e, const struct dfi_sge *sg, int n
 			      uint32_t rkey, void *ctx)
 {
 	return rma(MSG_FEP(e), sg, n, raddr, rkey, ctx, false);
+}
+
+int dfi_rma_msg(struct fid_ep *ep, const struct dfi_sge *sg, int n, fi_addr_t addr,
+		uint64_t raddr, uint32_t rkey, void *ctx, bool write)
+{
+	struct iovec iov[DFI_MAX_SGE];
+	void *desc[DFI_MAX_SGE];
+	size_t total = 0;
+	struct fi_rma_iov riov;
+	struct fi_msg_rma msg = {
+		.msg_iov = iov, .desc = desc, .iov_count = (size_t)n, .addr = addr,
+		.rma_iov = &riov, .rma_iov_count = 1, .context = ctx,
+	};
+	int rc = dfi_fill_iov(sg, n, iov, desc);
+
+	if (rc)
+		return rc;
+	for (int i = 0; i < n; i++)
+		total += sg[i].len;
+	riov = (struct fi_rma_iov){ .addr = raddr, .len = total, .key = rkey };
+	return dfi_post_rc(write ? fi_writemsg(ep, &msg, FI_COMPLETION) :
+				   fi_readmsg(ep, &msg, FI_COMPLETION));
 }

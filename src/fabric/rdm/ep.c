@@ -161,14 +161,8 @@ static int rep_get(struct rdm_fabric *rf, struct dfi_cq *txcq, struct dfi_cq *rx
 		return rc;
 	}
 	rc = fi_ep_bind(r->ep, &rf->av->fid, 0);
-	if (!rc && txcq == rxcq)
-		rc = fi_ep_bind(r->ep, &txcq->cq->fid, FI_TRANSMIT | FI_RECV);
-	else {
-		if (!rc)
-			rc = fi_ep_bind(r->ep, &txcq->cq->fid, FI_TRANSMIT);
-		if (!rc)
-			rc = fi_ep_bind(r->ep, &rxcq->cq->fid, FI_RECV);
-	}
+	if (!rc)
+		rc = dfi_cq_bind(r->ep, txcq, rxcq);
 	if (!rc)
 		rc = fi_enable(r->ep);
 	r->addr_len = sizeof(r->addr);

@@ -14,7 +14,8 @@
  * itself, so this is the provider's transient state, not a full queue:
  * drive its progress (a read of no completions) and try again, for at
  * most RDM_EAGAIN_NS, or until the connection ends (a dead peer's provider
- * answers EAGAIN while it reconnects); then the DAT layer hears EAGAIN.
+ * answers EAGAIN while it reconnects); then the DAT layer hears EAGAIN, or
+ * ENOTCONN once the connection ended (the post completes flushed).
  * *t0 starts at 0.
  */
 #define RDM_EAGAIN_NS 2000000000ull
@@ -45,6 +46,9 @@ static bool again(struct rdm_fep *e, uint64_t *t0)
 									\
 		while ((rc_ = (call)) == -FI_EAGAIN && again(e, &t0_))	\
 			;						\
+		if (rc_ == -FI_EAGAIN &&				\
+		    atomic_load_explicit(&e->ended, memory_order_relaxed))	\
+			return -ENOTCONN;				\
 		return dfi_post_rc(rc_);				\
 	} while (0)
 
@@ -57,8 +61,7 @@ DFI_HOT int dfi_rdm_post_send(struct dfi_fep *fe, const struct dfi_sge *sg, int 
 
 	if (n <= 1)
 		RETRY(e, fi_tsend(e->ep, n ? sg[0].addr : NULL, n ? sg[0].len : 0,
-					    n ? dfi_sge_desc(&sg[0]) : NULL, e->peer, e->stag,
-					    ctx));
+				  n ? dfi_sge_desc(&sg[0]) : NULL, e->peer, e->stag, ctx));
 	rc = dfi_fill_iov(sg, n, iov, desc);
 	if (rc)
 		return rc;
@@ -74,7 +77,7 @@ DFI_HOT int dfi_rdm_post_inject(struct dfi_fep *fe, const struct dfi_sge *sg, in
 
 	if (n <= 1)
 		RETRY(e, fi_tinject(e->ep, n ? sg[0].addr : NULL, n ? sg[0].len : 0,
-					      e->peer, e->stag));
+				    e->peer, e->stag));
 	for (int i = 0; i < n; i++) {
 		if (sg[i].len > sizeof(buf) - off)
 			return -EMSGSIZE;
@@ -95,42 +98,24 @@ DFI_HOT int dfi_rdm_post_recv(struct dfi_fep *fe, const struct dfi_sge *sg, int 
 
 	if (n <= 1)
 		RETRY(e, fi_trecv(e->ep, n ? sg[0].addr : NULL, n ? sg[0].len : 0,
-					    n ? dfi_sge_desc(&sg[0]) : NULL, FI_ADDR_UNSPEC,
-					    e->rtag, 0, ctx));
+				  n ? dfi_sge_desc(&sg[0]) : NULL, FI_ADDR_UNSPEC, e->rtag, 0,
+				  ctx));
 	rc = dfi_fill_iov(sg, n, iov, desc);
 	if (rc)
 		return rc;
-	RETRY(e, fi_trecvv(e->ep, iov, desc, (size_t)n, FI_ADDR_UNSPEC, e->rtag, 0,
-				     ctx));
+	RETRY(e, fi_trecvv(e->ep, iov, desc, (size_t)n, FI_ADDR_UNSPEC, e->rtag, 0, ctx));
 }
 
 static int rma(struct rdm_fep *e, const struct dfi_sge *sg, int n, uint64_t raddr,
 	       uint32_t rkey, void *ctx, bool write)
 {
-	struct iovec iov[DFI_MAX_SGE];
-	void *desc[DFI_MAX_SGE];
-	size_t total = 0;
-	struct fi_rma_iov riov;
-	struct fi_msg_rma msg = {
-		.msg_iov = iov, .desc = desc, .iov_count = (size_t)n, .addr = e->peer,
-		.rma_iov = &riov, .rma_iov_count = 1, .context = ctx,
-	};
-	int rc;
-
 	if (n == 1)
 		RETRY(e, write ?
 			fi_write(e->ep, sg[0].addr, sg[0].len, dfi_sge_desc(&sg[0]), e->peer,
 				 raddr, rkey, ctx) :
 			fi_read(e->ep, sg[0].addr, sg[0].len, dfi_sge_desc(&sg[0]), e->peer,
 				raddr, rkey, ctx));
-	rc = dfi_fill_iov(sg, n, iov, desc);
-	if (rc)
-		return rc;
-	for (int i = 0; i < n; i++)
-		total += sg[i].len;
-	riov = (struct fi_rma_iov){ .addr = raddr, .len = total, .key = rkey };
-	RETRY(e, write ? fi_writemsg(e->ep, &msg, FI_COMPLETION) :
-				   fi_readmsg(e->ep, &msg, FI_COMPLETION));
+	RETRY(e, dfi_rma_msg(e->ep, sg, n, e->peer, raddr, rkey, ctx, write));
 }
 
 DFI_HOT int dfi_rdm_post_write(struct dfi_fep *e, const struct dfi_sge *sg, int n, uint64_t raddr,
