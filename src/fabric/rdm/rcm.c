@@ -102,6 +102,25 @@ static const char *ip(const struct sockaddr_in *a, char buf[INET_ADDRSTRLEN + 8]
 	return buf;
 }
 
+/* The eventfd that keeps the caller's fd readable while events are queued
+ * (and the timerfd's expirations): a full counter or an empty one is not
+ * an error. */
+static void kick(struct dfi_rcm *cm)
+{
+	uint64_t one = 1;
+
+	if (write(cm->kick.fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+		dfi_err(DFI_SS_CM, "RDM connection manager: eventfd write: %m");
+}
+
+static void fd_drain(int fd)
+{
+	uint64_t v;
+
+	if (read(fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+		dfi_err(DFI_SS_CM, "RDM connection manager: reading fd %d: %m", fd);
+}
+
 /* ------------------------------------------------------------------ events */
 
 static struct dfi_rcm_event *ev_new(struct dfi_rcm *cm, enum dfi_rcm_ev_type t,
@@ -112,7 +131,7 @@ static struct dfi_rcm_event *ev_new(struct dfi_rcm *cm, enum dfi_rcm_ev_type t,
 	if (cm->evq_n == EVQ_LEN)
 		return NULL;	/* never: each step makes at most one per socket */
 	if (!cm->evq_n)	/* an API call's event wakes the caller's sleep too */
-		(void)write(cm->kick.fd, &(uint64_t){ 1 }, sizeof(uint64_t));
+		kick(cm);
 	e = &cm->evq[(cm->evq_head + cm->evq_n++) % EVQ_LEN];
 	memset(e, 0, offsetof(struct dfi_rcm_event, pdata));
 	e->type = t;
@@ -592,10 +611,10 @@ uint64_t dfi_rcm_instance(const struct dfi_rcm *cm)
 
 static void on_timer(struct dfi_rcm *cm)
 {
-	uint64_t now = now_ns(), ticks;
+	uint64_t now = now_ns();
 	struct dfi_rcm_conn *c, *next;
 
-	(void)read(cm->timer.fd, &ticks, sizeof(ticks));
+	fd_drain(cm->timer.fd);
 	for (c = cm->conns.next; c != &cm->conns; c = next) {
 		next = c->next;
 		if (!c->deadline_ns || c->deadline_ns > now)
@@ -639,14 +658,13 @@ int dfi_rcm_read(struct dfi_rcm *cm, struct dfi_rcm_event *ev)
 			return 0;
 		for (int i = 0; i < n; i++) {
 			struct sock *s = evs[i].data.ptr;
-			uint64_t v;
 
 			switch (s->kind) {
 			case K_TIMER:
 				timer = true;	/* last: it frees connections */
 				break;
 			case K_KICK:
-				(void)read(s->fd, &v, sizeof(v));
+				fd_drain(s->fd);
 				break;
 			case K_LIS:
 				on_listener((struct dfi_rcm_lis *)s);
@@ -661,7 +679,7 @@ int dfi_rcm_read(struct dfi_rcm *cm, struct dfi_rcm_event *ev)
 			on_timer(cm);
 	}
 	/* more to do: stay readable for the caller's next look */
-	(void)write(cm->kick.fd, &(uint64_t){ 1 }, sizeof(uint64_t));
+	kick(cm);
 	return 0;
 }
 
