@@ -114,25 +114,34 @@ static uint32_t id_get(struct rdm_fabric *rf, struct rdm_fep *e)
 		for (uint32_t i = rf->nslots; i < n; i++)
 			s[i].next_free = i + 2 <= n ? i + 2 : 0;
 		rf->free_head = rf->nslots + 1;
+		rf->free_tail = n;
 		rf->slots = s;
 		rf->nslots = n;
 		id = rf->free_head;
 	}
 	rf->free_head = rf->slots[id - 1].next_free;
+	if (!rf->free_head)
+		rf->free_tail = 0;
 	rf->slots[id - 1].fep = e;
 	return id;
 }
 
-/* The id goes back, its generation bumped: a message still in flight for
- * the old one matches no receive of the next holder (lock held). */
+/* The id goes back, its generation bumped, to the end of the free list:
+ * a message still in flight for the old one matches no receive of the
+ * next holder, and a generation comes round again only after 16384
+ * turns through every free id (lock held). */
 static void id_put(struct rdm_fabric *rf, uint32_t id)
 {
 	struct rdm_slot *s = &rf->slots[id - 1];
 
 	s->fep = NULL;
 	s->gen = (uint16_t)((s->gen + 1) & RDM_GEN_MASK);
-	s->next_free = rf->free_head;
-	rf->free_head = id;
+	s->next_free = 0;
+	if (rf->free_tail)
+		rf->slots[rf->free_tail - 1].next_free = id;
+	else
+		rf->free_head = id;
+	rf->free_tail = id;
 }
 
 /* ------------------------------------------------- shared RDM endpoints */

@@ -51,7 +51,9 @@ struct rdm_fabric {
 	struct dfi_rcm *cm;
 	struct rdm_ep *eps;
 	struct rdm_slot *slots;		/* slots[id - 1] */
-	uint32_t nslots, free_head;
+	/* free ids, oldest first: an id comes back only after every other
+	 * free one, so its 14-bit generation wraps that much later */
+	uint32_t nslots, free_head, free_tail;
 };
 
 struct rdm_eq {
