@@ -1,5 +1,9 @@
 /*
  * dapl-ofi fabric layer: everything that calls libfabric.  No DAT types.
+ * One interface, two backends behind it (fabric_int.h): msg/ maps each
+ * DAT endpoint onto a libfabric FI_EP_MSG endpoint, rdm/ multiplexes them
+ * over shared FI_EP_RDM endpoints (docs/rdm.md).  The caller does not
+ * know which one serves a fabric, but for dfi_fabric_limits' rdm.
  * Errors are 0 / -FI_E* (negative errno); the first detector logs once.
  */
 #ifndef DFI_FABRIC_H
@@ -39,9 +43,10 @@ struct dfi_fabric_limits {
  * 0 or -ENOENT (nothing by that name) / -EADDRNOTAVAIL (no IPv4 on it). */
 int dfi_resolve_ipv4(const char *where, struct sockaddr_in *out);
 
-/* Open fabric + domain of provider `prov` bound to `addr`.  On failure
- * writes a one-line reason into err and returns -ENOENT (libfabric has no
- * such provider), -ENODEV (it has no MSG endpoint on that address) or
+/* Open fabric + domain of provider `prov` bound to `addr`, for the backend
+ * kind asks for.  On failure writes a one-line reason into err and returns
+ * -ENOENT (libfabric has no such provider), -ENODEV (it has no endpoint
+ * dapl-ofi serves on that address, or one it refuses, with the reason) or
  * another negative errno. */
 int dfi_fabric_open(const char *prov, const struct sockaddr_in *addr, const char *domain,
 		    enum dfi_ep_kind kind, struct dfi_fabric **out, char *err, size_t errlen);
