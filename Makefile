@@ -41,7 +41,7 @@ ALL_LDFLAGS := $(LDFLAGS) $(SAN_FLAGS) -pthread
 
 UTIL_SRCS   := src/util/log.c src/util/param.c src/util/arena.c src/util/ia_params.c
 EVENT_SRCS  := src/event/evd_core.c src/event/cno_core.c src/event/upcall.c src/event/time.c
-FABRIC_SRCS := src/fabric/fabric.c src/fabric/info.c src/fabric/cq.c src/fabric/mr.c \
+FABRIC_SRCS := src/fabric/fabric.c src/fabric/info.c src/fabric/cq.c src/fabric/mr.c src/fabric/post.c \
 	       src/fabric/fdwalk.c src/fabric/keepalive.c \
 	       src/fabric/msg/cm.c src/fabric/msg/post.c src/fabric/msg/liveness.c \
 	       src/fabric/msg/halfreq.c \

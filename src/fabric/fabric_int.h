@@ -115,12 +115,18 @@ void dfi_fabric_fill_limits(const struct fi_info *i, struct dfi_fabric_limits *l
  * CQ), as both backends' endpoints do (cq.c).  0 or -FI_E*. */
 int dfi_cq_bind(struct fid_ep *ep, struct dfi_cq *txcq, struct dfi_cq *rxcq);
 
-/* An RDMA write or read of several segments to raddr/rkey at the peer
- * `addr` (0 on a connected endpoint): one fi_writemsg/fi_readmsg (post.c
- * of both backends keep the one-segment case apart, which builds none of
- * this). */
+/* post.c, shared by both backends' posts; addr is the peer's (0 on a
+ * connected endpoint).  An RDMA write or read of several segments to
+ * raddr/rkey: one fi_writemsg/fi_readmsg (each backend keeps the
+ * one-segment case apart, which builds none of this). */
 int dfi_rma_msg(struct fid_ep *ep, const struct dfi_sge *sg, int n, fi_addr_t addr,
 		uint64_t raddr, uint32_t rkey, void *ctx, bool write);
+/* An inject's segments copied into buf: their length, or -EMSGSIZE. */
+ssize_t dfi_gather(const struct dfi_sge *sg, int n, void *buf, size_t cap);
+/* A native 8-byte atomic (dfi_post_atomic's), libfabric's result. */
+ssize_t dfi_atomic(struct fid_ep *ep, fi_addr_t addr, enum dfi_atomic_op op,
+		   const uint64_t *operand, const uint64_t *compare, uint64_t *result,
+		   struct dfi_mr *result_mr, uint64_t raddr, uint32_t rkey, void *ctx);
 
 /* Shared by the posts of both backends. */
 static inline int dfi_post_rc(ssize_t rc)

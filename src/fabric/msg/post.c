@@ -38,17 +38,14 @@ DFI_HOT int dfi_msg_post_inject(struct dfi_fep *fe, const struct dfi_sge *sg, in
 {
 	struct msg_fep *e = MSG_FEP(fe);
 	uint8_t buf[DFI_INJECT_MAX];
-	size_t off = 0;
+	ssize_t len;
 
 	if (n <= 1)
 		return dfi_post_rc(fi_inject(e->ep, n ? sg[0].addr : NULL, n ? sg[0].len : 0, 0));
-	for (int i = 0; i < n; i++) {
-		if (sg[i].len > sizeof(buf) - off)
-			return -EMSGSIZE;
-		memcpy(buf + off, sg[i].addr, sg[i].len);
-		off += sg[i].len;
-	}
-	return dfi_post_rc(fi_inject(e->ep, buf, off, 0));
+	len = dfi_gather(sg, n, buf, sizeof(buf));
+	if (len < 0)
+		return (int)len;
+	return dfi_post_rc(fi_inject(e->ep, buf, (size_t)len, 0));
 }
 
 DFI_HOT int dfi_msg_post_recv(struct dfi_fep *e, const struct dfi_sge *sg, int n, void *ctx)
@@ -78,18 +75,12 @@ DFI_HOT int dfi_msg_post_write(struct dfi_fep *e, const struct dfi_sge *sg, int 
 	return rma(MSG_FEP(e), sg, n, raddr, rkey, ctx, true);
 }
 
-int dfi_msg_post_atomic(struct dfi_fep *fe, enum dfi_atomic_op op, const uint64_t *operand,
+int dfi_msg_post_atomic(struct dfi_fep *e, enum dfi_atomic_op op, const uint64_t *operand,
 			const uint64_t *compare, uint64_t *result, struct dfi_mr *result_mr,
 			uint64_t raddr, uint32_t rkey, void *ctx)
 {
-	struct msg_fep *e = MSG_FEP(fe);
-	void *rdesc = result_mr ? fi_mr_desc(result_mr->mr) : NULL;
-
-	if (op == DFI_ATOMIC_FADD)
-		return dfi_post_rc(fi_fetch_atomic(e->ep, operand, 1, NULL, result, rdesc, 0, raddr,
-					       rkey, FI_UINT64, FI_SUM, ctx));
-	return dfi_post_rc(fi_compare_atomic(e->ep, operand, 1, NULL, compare, NULL, result, rdesc,
-					 0, raddr, rkey, FI_UINT64, FI_CSWAP, ctx));
+	return dfi_post_rc(dfi_atomic(MSG_FEP(e)->ep, 0, op, operand, compare, result, result_mr,
+				      raddr, rkey, ctx));
 }
 
 int dfi_msg_post_senddata(struct dfi_fep *e, uint64_t data, void *ctx)
@@ -101,26 +92,4 @@ DFI_HOT int dfi_msg_post_read(struct dfi_fep *e, const struct dfi_sge *sg, int n
 			      uint32_t rkey, void *ctx)
 {
 	return rma(MSG_FEP(e), sg, n, raddr, rkey, ctx, false);
-}
-
-int dfi_rma_msg(struct fid_ep *ep, const struct dfi_sge *sg, int n, fi_addr_t addr,
-		uint64_t raddr, uint32_t rkey, void *ctx, bool write)
-{
-	struct iovec iov[DFI_MAX_SGE];
-	void *desc[DFI_MAX_SGE];
-	size_t total = 0;
-	struct fi_rma_iov riov;
-	struct fi_msg_rma msg = {
-		.msg_iov = iov, .desc = desc, .iov_count = (size_t)n, .addr = addr,
-		.rma_iov = &riov, .rma_iov_count = 1, .context = ctx,
-	};
-	int rc = dfi_fill_iov(sg, n, iov, desc);
-
-	if (rc)
-		return rc;
-	for (int i = 0; i < n; i++)
-		total += sg[i].len;
-	riov = (struct fi_rma_iov){ .addr = raddr, .len = total, .key = rkey };
-	return dfi_post_rc(write ? fi_writemsg(ep, &msg, FI_COMPLETION) :
-				   fi_readmsg(ep, &msg, FI_COMPLETION));
 }

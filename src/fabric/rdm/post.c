@@ -73,18 +73,15 @@ DFI_HOT int dfi_rdm_post_inject(struct dfi_fep *fe, const struct dfi_sge *sg, in
 {
 	struct rdm_fep *e = RDM_FEP(fe);
 	uint8_t buf[DFI_INJECT_MAX];
-	size_t off = 0;
+	ssize_t len;
 
 	if (n <= 1)
 		RETRY(e, fi_tinject(e->ep, n ? sg[0].addr : NULL, n ? sg[0].len : 0,
 				    e->peer, e->stag));
-	for (int i = 0; i < n; i++) {
-		if (sg[i].len > sizeof(buf) - off)
-			return -EMSGSIZE;
-		memcpy(buf + off, sg[i].addr, sg[i].len);
-		off += sg[i].len;
-	}
-	RETRY(e, fi_tinject(e->ep, buf, off, e->peer, e->stag));
+	len = dfi_gather(sg, n, buf, sizeof(buf));
+	if (len < 0)
+		return (int)len;
+	RETRY(e, fi_tinject(e->ep, buf, (size_t)len, e->peer, e->stag));
 }
 
 /* From any source: the tag names this endpoint, and a stale connection's
@@ -144,12 +141,7 @@ int dfi_rdm_post_atomic(struct dfi_fep *fe, enum dfi_atomic_op op, const uint64_
 			uint64_t raddr, uint32_t rkey, void *ctx)
 {
 	struct rdm_fep *e = RDM_FEP(fe);
-	void *rdesc = result_mr ? fi_mr_desc(result_mr->mr) : NULL;
 
-	if (op == DFI_ATOMIC_FADD)
-		RETRY(e, fi_fetch_atomic(e->ep, operand, 1, NULL, result, rdesc, e->peer,
-						   raddr, rkey, FI_UINT64, FI_SUM, ctx));
-	RETRY(e, fi_compare_atomic(e->ep, operand, 1, NULL, compare, NULL, result,
-					     rdesc, e->peer, raddr, rkey, FI_UINT64, FI_CSWAP,
-					     ctx));
+	RETRY(e, dfi_atomic(e->ep, e->peer, op, operand, compare, result, result_mr, raddr, rkey,
+			    ctx));
 }
