@@ -105,6 +105,15 @@ wait_pid() {
 	return 0
 }
 
+# end_case NAME PROBLEMS: the peers stopped, the hosts healed, the case
+# reported (its problems, if any, end with a newline)
+end_case() {
+	local p=$2
+	[ -n "$p" ] && p+=$'\n'
+	stop_peers
+	report "$1" "$p"
+}
+
 stop_peers() {
 	local pid
 	for pid in ${pa:-} ${pb:-}; do
@@ -168,9 +177,7 @@ partition() {
 	else
 		p="the peers did not connect"
 	fi
-	[ -n "$p" ] && p+=$'\n'
-	stop_peers
-	report "$name" "$p"
+	end_case "$name" "$p"
 }
 
 # survive NAME ENV FAULT HEAL SECONDS [A_MODE B_MODE]: a fault the
@@ -196,9 +203,7 @@ survive() {
 	else
 		p="the peers did not connect"
 	fi
-	[ -n "$p" ] && p+=$'\n'
-	stop_peers
-	report "$name" "$p"
+	end_case "$name" "$p"
 }
 
 # killed NAME A_MODE B_MODE VICTIM: the survivor ends within 2 s
@@ -218,9 +223,7 @@ killed() {
 	else
 		p="the peers did not connect"
 	fi
-	[ -n "$p" ] && p+=$'\n'
-	stop_peers
-	report "$name" "$p"
+	end_case "$name" "$p"
 }
 
 # b stops reading (SIGSTOP) while a streams to it: b's kernel acknowledges,
@@ -244,9 +247,7 @@ stopped() {
 	else
 		p="the peers did not connect"
 	fi
-	[ -n "$p" ] && p+=$'\n'
-	stop_peers
-	report "$1" "$p"
+	end_case "$1" "$p"
 }
 
 # connect_dropped NAME TIMEOUT_MS: a's connect to a host that drops
@@ -262,9 +263,7 @@ connect_dropped() {
 	pa=$HOSTS_PID
 	wait_pid "$pa" 15 || p+="a: still running 15 s after it connected"$'\n'
 	p+=$(expect_end a TIMED_OUT "$t0" $((end - 100)) $((end + SLACK)))
-	[ -n "$p" ] && p+=$'\n'
-	stop_peers
-	report "$1" "$p"
+	end_case "$1" "$p"
 }
 
 # connect_nolink NAME: a connect from a host whose link is down (no route
@@ -313,9 +312,7 @@ listener_gone() {
 		wait_pid "$pa" 10 || p+="a: still running 10 s after the listener went silent"$'\n'
 		p+=$(expect_end a "TIMED_OUT|UNREACHABLE|NON_PEER_REJECTED" "$t0" $((T - EARLY)) $((T + SLACK)))
 	fi
-	[ -n "$p" ] && p+=$'\n'
-	stop_peers
-	report "$1" "$p"
+	end_case "$1" "$p"
 }
 
 # 1000 idle connections between the hosts, then a partition: every one of
@@ -337,9 +334,7 @@ thousand() {
 	else
 		p="the peers did not connect 1000 connections"
 	fi
-	[ -n "$p" ] && p+=$'\n'
-	stop_peers
-	report "$1" "$p"
+	end_case "$1" "$p"
 }
 
 # the stock dtest across the hosts, with LOSS % of a's packets lost
