@@ -430,6 +430,10 @@ for c in $cases; do
 		dtest_across 0; dtest_across 3 ;;
 	dapltest)
 		dapltest_across 0; dapltest_across 3 ;;
+	dtest-noloss)
+		dtest_across 0 ;;
+	dapltest-noloss)
+		dapltest_across 0 ;;
 	*) echo "faults.sh: no case '$c'" >&2; exit 2 ;;
 	esac
 done
