@@ -350,8 +350,8 @@ void dfi_cq_close(struct dfi_cq *c)
 {
 	if (!c)
 		return;
-	if (c->cq && c->owner->be->cq_closing)
-		c->owner->be->cq_closing(c->owner, c);
+	if (c->cq && c->owner->be->cq_closing && c->owner->be->cq_closing(c->owner, c))
+		c->cq = NULL;		/* the backend's now */
 	if (c->cq)
 		fi_close(&c->cq->fid);
 	if (c->mirror) {

@@ -36,8 +36,10 @@ struct dfi_backend {
 	int (*open)(struct dfi_fabric *f, const struct sockaddr_in *addr, char *err,
 		    size_t errlen);
 	void (*close)(struct dfi_fabric *f);
-	/* cq is about to close: whatever the backend bound to it goes first */
-	void (*cq_closing)(struct dfi_fabric *f, struct dfi_cq *cq);
+	/* cq's consumer is gone: whatever the backend bound to it goes
+	 * first, or the backend keeps the libfabric CQ (true: it closes
+	 * it later, and no one reads or waits on it meanwhile) */
+	bool (*cq_closing)(struct dfi_fabric *f, struct dfi_cq *cq);
 
 	int (*eq_open)(struct dfi_fabric *f, struct dfi_eq **eq);
 	void (*eq_close)(struct dfi_eq *eq);

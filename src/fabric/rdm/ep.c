@@ -80,11 +80,16 @@ static void rdm_close(struct dfi_fabric *f)
 
 	if (!rf)
 		return;
-	/* every endpoint was closed first (the IA's objects go before it) */
+	/* the IA's objects went before it: what is left is unused */
 	for (struct rdm_ep *r = rf->eps, *next; r; r = next) {
 		next = r->next;
 		fi_close(&r->ep->fid);
 		free(r);
+	}
+	for (struct rdm_kept_cq *k = rf->kept, *next; k; k = next) {
+		next = k->next;
+		fi_close(&k->cq->fid);
+		free(k);
 	}
 	dfi_rcm_close(rf->cm);
 	fi_close(&rf->av->fid);
@@ -193,26 +198,45 @@ static int rep_get(struct rdm_fabric *rf, struct dfi_cq *txcq, struct dfi_cq *rx
 	return 0;
 }
 
-/* Its last user gone, it stays open for the next one on the same CQs: it
- * closes with the first of its CQs (rdm_cq_closing).  tcp;ofi_rxm 1.17
- * leaves a closed endpoint's inner CQ in the wait set of each CQ it was
- * bound to (rxm_ep_close never deletes what rxm_ep_wait_fd_add added),
- * and the next fi_trywait on that CQ calls into freed memory. */
+/* Its last user gone, it stays open for the next one on the same CQs, and
+ * closes once both its CQs' EVDs are gone (rdm_cq_closing). */
 static void rep_put(struct rdm_fabric *rf, struct rdm_ep *r)
 {
 	(void)rf;
 	r->refs--;
 }
 
-/* A CQ closes: the RDM endpoints bound to it, unused by now (the DAT
- * layer frees an EVD only once no EP uses it), close before it. */
-static void rdm_cq_closing(struct dfi_fabric *f, struct dfi_cq *cq)
+static void kept_put(struct rdm_fabric *rf, struct rdm_kept_cq *k)
+{
+	struct rdm_kept_cq **pp;
+
+	if (--k->eps)
+		return;
+	for (pp = &rf->kept; *pp != k; pp = &(*pp)->next)
+		;
+	*pp = k->next;
+	fi_close(&k->cq->fid);
+	free(k);
+}
+
+/*
+ * A CQ's EVD is gone, and with it every DAT EP that used it (the DAT layer
+ * frees an EVD only once no EP uses it).  An endpoint bound to it alone
+ * closes; one also bound to a CQ that lives on stays open, unused, with
+ * this CQ kept, until that other CQ goes too: tcp;ofi_rxm 1.17 leaves a
+ * closed endpoint's inner CQ in the wait set of each CQ it was bound to
+ * (rxm_ep_close never deletes what rxm_ep_wait_fd_add added), and the
+ * next fi_trywait on the CQ that lives on would call into freed memory.
+ * True: the CQ is kept, and closes with its last endpoint.
+ */
+static bool rdm_cq_closing(struct dfi_fabric *f, struct dfi_cq *cq)
 {
 	struct rdm_fabric *rf = f->priv;
+	struct rdm_kept_cq *k = NULL;
 	struct rdm_ep **pp, *r;
 
 	if (!rf)
-		return;
+		return false;
 	pthread_mutex_lock(&rf->lock);
 	for (pp = &rf->eps; (r = *pp);) {
 		if (r->txcq != cq && r->rxcq != cq) {
@@ -222,11 +246,37 @@ static void rdm_cq_closing(struct dfi_fabric *f, struct dfi_cq *cq)
 		if (r->refs)
 			dfi_err(DFI_SS_FABRIC, "CQ %p closes under %d endpoint(s)", (void *)cq,
 				r->refs);
-		*pp = r->next;
-		fi_close(&r->ep->fid);
-		free(r);
+		if (r->txcq == r->rxcq || !r->txcq || !r->rxcq) {
+			*pp = r->next;
+			fi_close(&r->ep->fid);
+			if (r->kept)
+				kept_put(rf, r->kept);
+			free(r);
+			continue;
+		}
+		if (!k && !(k = calloc(1, sizeof(*k)))) {
+			dfi_err(DFI_SS_FABRIC, "out of memory keeping CQ %p: its endpoint "
+				"closes now", (void *)cq);
+			*pp = r->next;
+			fi_close(&r->ep->fid);
+			free(r);
+			continue;
+		}
+		k->eps++;
+		r->kept = k;
+		if (r->txcq == cq)
+			r->txcq = NULL;
+		else
+			r->rxcq = NULL;
+		pp = &r->next;
+	}
+	if (k) {
+		k->cq = cq->cq;
+		k->next = rf->kept;
+		rf->kept = k;
 	}
 	pthread_mutex_unlock(&rf->lock);
+	return k != NULL;
 }
 
 /* The peer's RDM endpoint in the AV (lock held): its fi_addr.  Inserting

@@ -24,11 +24,20 @@
 /* how long the connecting side tries to reach its peer's endpoint */
 #define RDM_HELLO_MS		5000
 
+/* A CQ whose EVD is gone, kept open while an endpoint bound to it lives
+ * (ep.c, rdm_cq_closing): nobody reads or waits on it. */
+struct rdm_kept_cq {
+	struct rdm_kept_cq *next;
+	struct fid_cq *cq;
+	int eps;		/* endpoints still bound to it */
+};
+
 /* One FI_EP_RDM endpoint per pair of CQs (a DAT EP's request and receive
  * EVDs), shared by every DAT endpoint bound to that pair. */
 struct rdm_ep {
 	struct rdm_ep *next;
-	struct dfi_cq *txcq, *rxcq;
+	struct dfi_cq *txcq, *rxcq;	/* NULL: that one's EVD is gone, */
+	struct rdm_kept_cq *kept;	/* its CQ kept here */
 	struct fid_ep *ep;
 	int refs;
 	size_t addr_len;
@@ -50,6 +59,7 @@ struct rdm_fabric {
 	struct fid_av *av;
 	struct dfi_rcm *cm;
 	struct rdm_ep *eps;
+	struct rdm_kept_cq *kept;
 	struct rdm_slot *slots;		/* slots[id - 1] */
 	/* free ids, oldest first: an id comes back only after every other
 	 * free one, so its 14-bit generation wraps that much later */
