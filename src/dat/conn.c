@@ -439,8 +439,12 @@ static int ep_post_early(struct dfi_ep *ep, struct dfi_fep *fep)
 	for (int k = 0; k < ep->n_early; k++) {
 		const struct dfi_early *e = &ep->early[k];
 
-		rc = dfi_post_recv(fep, e->sg, e->nsg, &ep->recvq->d[e->idx]);
+		struct dfi_dto *d = &ep->recvq->d[e->idx];
+
+		dfi_dto_order_take(d);
+		rc = dfi_post_recv(fep, e->sg, e->nsg, d);
 		if (rc) {
+			dfi_dto_order_untake(d);
 			dfi_err(DFI_SS_EP, "EP %p: posting an early receive: %s", (void *)ep,
 				strerror(-rc));
 			return rc;

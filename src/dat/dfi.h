@@ -147,7 +147,7 @@ struct dfi_lmr {
 };
 
 /* A posted operation, the context libfabric hands back in its completion.
- * Every EP has one per queue slot, so it stays small (40 bytes): the
+ * Every EP has one per queue slot, so it stays small (48 bytes): the
  * segments of a receive posted before the connection wait beside it, in
  * the EP's `early` list, not here. */
 struct dfi_dto {
@@ -158,6 +158,18 @@ struct dfi_dto {
 	DAT_DTOS op;
 	bool suppress;			/* no event, the slot is freed */
 	int next;			/* free list */
+	unsigned seq;			/* its place among its pool's posts (ordered pools) */
+};
+
+/* An unordered fabric's pool (dto.c, "completion order"): its completions
+ * are reported in the order of its posts. */
+struct dfi_dto_order {
+	_Atomic unsigned posted;	/* seqs handed out (post_lock) */
+	unsigned done;			/* the next seq to report (its EVD's lock) */
+	bool listed;			/* on its EVD's ready list */
+	struct dfi_dto_pool *next_ready;
+	struct dfi_comp *early;		/* [slot]: read before its turn (ctx NULL: none) */
+	_Atomic int slot[];		/* [seq % n]: the slot posted with it */
 };
 
 /* A receive posted before its EP had a libfabric endpoint: its descriptor
@@ -198,6 +210,7 @@ struct dfi_dto_pool {
 	/* the operands of native atomics, one pair per slot (the provider
 	 * reads them until the completion; allocated by the first, ib.c) */
 	uint64_t (*atom)[2];
+	struct dfi_dto_order *order;	/* NULL: the fabric completes in order */
 	struct dfi_dto_pool *next_zombie;
 	/* in the same allocation as the counts: a completion touches both */
 	struct dfi_dto d[];
@@ -348,6 +361,9 @@ struct dfi_evd {
 	/* SRQ receive completions read from EPs' private CQs, oldest first,
 	 * waiting for ring slots: part of the EVD's source (q.lock) */
 	struct dfi_srq_dto *staged, *staged_tail;
+	/* ordered pools whose next completion was read before its turn,
+	 * waiting for ring slots: part of the source too (q.lock; dto.c) */
+	struct dfi_dto_pool *ready;
 	_Atomic uint64_t cnt[DCNT_EVD_ALL_COUNTERS];	/* the IB extension's (ib.c) */
 };
 
@@ -513,7 +529,31 @@ DAT_RETURN dfi_ep_create_with_srq(DAT_IA_HANDLE, DAT_PZ_HANDLE, DAT_EVD_HANDLE, 
 DAT_DTO_COMPLETION_STATUS dfi_dto_status(int err);
 int dfi_evd_cq(struct dfi_evd *evd, struct dfi_cq **cq);
 void dfi_evd_cq_close(struct dfi_evd *evd);
-struct dfi_dto_pool *dfi_dto_pool_new(int n);
+struct dfi_dto_pool *dfi_dto_pool_new(int n, bool ordered);
+
+/* post_lock held: d goes to libfabric now; it did not after all (the post
+ * failed: no completion comes).  Its pool's next seq (dto.c). */
+static inline void dfi_dto_order_take(struct dfi_dto *d)
+{
+	struct dfi_dto_order *o = d->pool->order;
+	unsigned s;
+
+	if (!o)
+		return;
+	s = atomic_load_explicit(&o->posted, memory_order_relaxed);
+	d->seq = s;
+	atomic_store_explicit(&o->slot[s % (unsigned)d->pool->n], (int)(d - d->pool->d),
+			      memory_order_relaxed);
+	atomic_store_explicit(&o->posted, s + 1, memory_order_release);
+}
+
+static inline void dfi_dto_order_untake(struct dfi_dto *d)
+{
+	struct dfi_dto_order *o = d->pool->order;
+
+	if (o)
+		atomic_store_explicit(&o->posted, d->seq, memory_order_release);
+}
 void dfi_dto_pool_release(struct dfi_ia *ia, struct dfi_dto_pool *p);
 /* Descriptors of p posted (early receives included) and not yet read
  * from the CQ; whether there are any. */

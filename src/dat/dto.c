@@ -30,12 +30,22 @@
 
 /* ----------------------------------------------------------- descriptors */
 
-struct dfi_dto_pool *dfi_dto_pool_new(int n)
+struct dfi_dto_pool *dfi_dto_pool_new(int n, bool ordered)
 {
 	struct dfi_dto_pool *p = dfi_arena_calloc(sizeof(*p) + (size_t)n * sizeof(p->d[0]));
 
 	if (!p)
 		return NULL;
+	if (ordered && n > 0) {
+		p->order = calloc(1, sizeof(*p->order) + (size_t)n * sizeof(p->order->slot[0]));
+		if (p->order)
+			p->order->early = calloc((size_t)n, sizeof(*p->order->early));
+		if (!p->order || !p->order->early) {
+			free(p->order);
+			dfi_arena_free(p);
+			return NULL;
+		}
+	}
 	p->n = n;
 	for (int i = 0; i < n; i++) {
 		p->d[i].pool = p;
@@ -48,6 +58,9 @@ struct dfi_dto_pool *dfi_dto_pool_new(int n)
 
 static void pool_free(struct dfi_dto_pool *p)
 {
+	if (p->order)
+		free(p->order->early);
+	free(p->order);
 	free(p->atom);
 	dfi_arena_free(p);
 }
@@ -265,6 +278,123 @@ DFI_HOT static inline void fence_done(struct dfi_dto *d)
 		fence_kick(d);
 }
 
+/* ------------------------------------------------------ completion order */
+
+/*
+ * An unordered fabric (the RDM providers: dfi_fabric_limits' unordered)
+ * may complete an EP's requests, or its receives, out of the order they
+ * were posted: tcp;ofi_rxm completes a 64 KiB message, sent in segments or
+ * fetched by the receiver, after a 4-byte one posted behind it.  DAT, as
+ * IB, reports each queue's completions in posted order, and consumers
+ * count on it.  So each post to such a pool takes the pool's next seq
+ * (dfi_dto_order_take), and a completion read before its turn waits in the
+ * pool's `early` array, its slot still taken; once the one before it is
+ * reported the pool goes on its EVD's ready list, which the source empties
+ * before it reads the CQ again.  All of it runs under the EVD lock: a
+ * pool's completions come through one EVD.  A request counts for the
+ * barrier fence when it is read (its data has moved), not when it is
+ * reported; a freed EP's waiting completions go with it (order_forget).
+ */
+
+/* The pool's next completion to report, if it was read early. */
+static struct dfi_dto *order_ready(struct dfi_dto_pool *p)
+{
+	struct dfi_dto_order *o = p->order;
+	int i;
+
+	if (o->done == atomic_load_explicit(&o->posted, memory_order_acquire))
+		return NULL;
+	i = atomic_load_explicit(&o->slot[o->done % (unsigned)p->n], memory_order_relaxed);
+	if (!o->early[i].ctx || p->d[i].seq != o->done)
+		return NULL;
+	return &p->d[i];
+}
+
+/* d's completion c was read: true if its turn has come; else c waits. */
+DFI_HOT static inline bool order_turn(struct dfi_dto *d, const struct dfi_comp *c)
+{
+	struct dfi_dto_order *o = d->pool->order;
+
+	if (__builtin_expect(!o, 1) || d->seq == o->done)
+		return true;
+	o->early[d - d->pool->d] = *c;
+	return false;
+}
+
+/* d, in its turn, is reported (or dropped): the next, if it came early, is
+ * ready.  Before d's dto_complete, after which the pool may go. */
+static void order_next(struct dfi_evd *evd, struct dfi_dto *d)
+{
+	struct dfi_dto_pool *p = d->pool;
+	struct dfi_dto_order *o = p->order;
+
+	o->done++;
+	if (!o->listed && order_ready(p)) {
+		o->listed = true;
+		o->next_ready = evd->ready;
+		evd->ready = p;
+	}
+}
+
+/* A freed EP's pool: its early completions are dropped, their slots freed.
+ * Before the dto_complete of the completion that found it freed. */
+static void order_forget(struct dfi_dto_pool *p)
+{
+	struct dfi_dto_order *o = p->order;
+
+	for (int i = 0; i < p->n; i++)
+		if (o->early[i].ctx) {
+			o->early[i].ctx = NULL;
+			dto_complete(p, &i, 1, 0);
+		}
+}
+
+/* The ready completions into ev[] (at most max).  reaped: the consumer
+ * takes them now (cq_read_one), so their slots are freed here. */
+static int order_drain(struct dfi_evd *evd, DAT_EVENT *ev, int max, bool reaped)
+{
+	int out = 0;
+
+	while (evd->ready && out < max) {
+		struct dfi_dto_pool *p = evd->ready;
+		struct dfi_dto_order *o = p->order;
+		struct dfi_dto *d = order_ready(p);
+		struct dfi_comp c;
+		bool report;
+		int idx;
+
+		if (!d) {
+			evd->ready = o->next_ready;
+			o->listed = false;
+			continue;
+		}
+		idx = (int)(d - p->d);
+		c = o->early[idx];
+		o->early[idx].ctx = NULL;
+		o->done++;
+		report = !dto_orphan(d) && dto_reported(d, &c);
+		if (report)
+			dto_event(d, &c, &ev[out++]);
+		if (!order_ready(p)) {	/* off the list before p may go */
+			evd->ready = o->next_ready;
+			o->listed = false;
+		}
+		dto_complete(p, &idx, 1, report && !reaped);
+	}
+	return out;
+}
+
+/* A completion read in its turn: the pool's order moves on. */
+DFI_HOT static inline void order_read(struct dfi_evd *evd, struct dfi_dto *d, bool orphan)
+{
+	if (__builtin_expect(!d->pool->order, 1))
+		return;
+	if (orphan)
+		order_forget(d->pool);
+	else
+		order_next(evd, d);
+}
+
 /* A fill of the EVD must cost one fi_cq_read: each is a progress pass. */
 _Static_assert(DFI_CQ_BATCH >= DFI_EVQ_FILL_BATCH, "a fill must take one CQ read");
 
@@ -273,6 +403,8 @@ DFI_HOT static int cq_read(void *ctx, DAT_EVENT *ev, int max)
 	struct dfi_evd *evd = ctx;
 	int out = evd->staged ? dfi_srq_take_staged(evd, ev, max) : 0;
 
+	if (evd->ready)
+		out += order_drain(evd, ev + out, max - out, false);
 	while (out < max && evd->cq) {
 		const struct dfi_comp *c;
 		int want = max - out < DFI_CQ_BATCH ? max - out : DFI_CQ_BATCH;
@@ -293,11 +425,17 @@ DFI_HOT static int cq_read(void *ctx, DAT_EVENT *ev, int max)
 			 * consumer reaps the event (cq_consumed); one of a
 			 * freed EP is dropped, its slot freed now */
 			orphan = dto_orphan(d);
+			if (!orphan && !order_turn(d, &c[i])) {
+				if (d->op != DAT_DTO_RECEIVE)
+					fence_done(d);
+				continue;
+			}
 			report = !orphan && dto_reported(d, &c[i]);
 			if (report)
 				dto_event(d, &c[i], &ev[out++]);
 			if (!orphan && d->op != DAT_DTO_RECEIVE)
 				fence_done(d);
+			order_read(evd, d, orphan);
 			if (d->pool != run) {
 				dto_complete(run, idx, nidx, nrep);
 				run = d->pool;
@@ -307,6 +445,8 @@ DFI_HOT static int cq_read(void *ctx, DAT_EVENT *ev, int max)
 			nrep += report;
 		}
 		dto_complete(run, idx, nidx, nrep);
+		if (evd->ready)
+			out += order_drain(evd, ev + out, max - out, false);
 		if (n < want)
 			break;
 	}
@@ -335,19 +475,30 @@ DFI_HOT static int cq_read_one(void *ctx, DAT_EVENT *ev)
 		const struct dfi_comp *c;
 		struct dfi_dto *d;
 		bool report, orphan;
-		int n = dfi_cq_take(evd->cq, &c, 1), idx;
+		int n, idx;
 
+		if (evd->ready && order_drain(evd, ev, 1, true)) {
+			dfi_cnt_add_1w(&evd->cnt[DCNT_EVD_DTO_CALLBACK], 1);
+			return 1;
+		}
+		n = dfi_cq_take(evd->cq, &c, 1);
 		if (n <= 0)
 			return n;
 		d = c->ctx;
 		if (!d)
 			continue;
 		orphan = dto_orphan(d);
+		if (!orphan && !order_turn(d, c)) {
+			if (d->op != DAT_DTO_RECEIVE)
+				fence_done(d);
+			continue;
+		}
 		report = !orphan && dto_reported(d, c);
 		if (report)
 			dto_event(d, c, ev);
 		if (!orphan && d->op != DAT_DTO_RECEIVE)
 			fence_done(d);
+		order_read(evd, d, orphan);
 		idx = (int)(d - d->pool->d);
 		dto_complete(d->pool, &idx, 1, 0);	/* last: d may be gone after it */
 		if (report) {
@@ -362,8 +513,8 @@ DFI_HOT static int cq_trywait(void *ctx)
 {
 	struct dfi_evd *evd = ctx;
 
-	if (evd->staged)
-		return -EAGAIN;		/* staged since the last read: read them */
+	if (evd->staged || evd->ready)
+		return -EAGAIN;		/* staged or ready since the last read: read them */
 	return dfi_cq_trywait(evd->cq);
 }
 
@@ -611,8 +762,9 @@ static int post_write_imm(struct dfi_ep *ep, const struct dfi_sge *sg, int n, ui
 	return 0;
 }
 
-static int post_to_fabric(struct dfi_ep *ep, enum post_kind kind, const struct dfi_sge *sg,
-			  int n, uint64_t raddr, uint32_t rkey, uint32_t imm, struct dfi_dto *d)
+DFI_HOT static inline int post_kind(struct dfi_ep *ep, enum post_kind kind,
+				    const struct dfi_sge *sg, int n, uint64_t raddr, uint32_t rkey,
+				    uint32_t imm, struct dfi_dto *d)
 {
 	int rc;
 
@@ -629,6 +781,19 @@ static int post_to_fabric(struct dfi_ep *ep, enum post_kind kind, const struct d
 			atomic_fetch_sub_explicit(&ep->sendq->reads_out, 1, memory_order_acq_rel);
 		return rc;
 	}
+}
+
+/* The seq first: the completion may be read before the post returns. */
+static int post_to_fabric(struct dfi_ep *ep, enum post_kind kind, const struct dfi_sge *sg,
+			  int n, uint64_t raddr, uint32_t rkey, uint32_t imm, struct dfi_dto *d)
+{
+	int rc;
+
+	dfi_dto_order_take(d);
+	rc = post_kind(ep, kind, sg, n, raddr, rkey, imm, d);
+	if (rc)
+		dfi_dto_order_untake(d);
+	return rc;
 }
 
 /* post_lock held: hold a request behind the fence (or behind held ones). */
@@ -1032,11 +1197,13 @@ DAT_RETURN dfi_ep_post_atomic(DAT_EP_HANDLE h, bool cswap, DAT_UINT64 compare, D
 		       (ep->attr.request_completion_flags & DAT_COMPLETION_UNSIGNALLED_FLAG));
 	pool->atom[i][0] = value;
 	pool->atom[i][1] = compare;
+	dfi_dto_order_take(d);
 	err = dfi_post_atomic(ep->fep, cswap ? DFI_ATOMIC_CSWAP : DFI_ATOMIC_FADD,
 			      &pool->atom[i][0], &pool->atom[i][1],
 			      (uint64_t *)(uintptr_t)l->virtual_address, NULL, r->virtual_address,
 			      r->rmr_context, d);
 	if (err) {
+		dfi_dto_order_untake(d);
 		dto_put(pool, i);
 		if (err == -EAGAIN)
 			rc = DFI_REJECT(DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_TEP),

@@ -32,6 +32,10 @@ struct dfi_fabric_limits {
 	size_t cq_data_size;		/* bytes of remote CQ data a post may carry */
 	bool atomic;			/* FI_ATOMIC: dfi_post_atomic works */
 	bool rdm;			/* the RDM backend serves it (docs/rdm.md) */
+	/* an endpoint's completions of one queue may come out of posted
+	 * order (RDM providers: tcp;ofi_rxm completes a large message after a
+	 * small one behind it); the DAT layer puts them back (dto.c) */
+	bool unordered;
 	unsigned prov_major, prov_minor;	/* the libfabric provider's version */
 	unsigned fi_major, fi_minor;		/* libfabric's */
 	char prov_name[64];

@@ -212,6 +212,7 @@ int dfi_fabric_getinfo(const char *prov, const struct sockaddr_in *addr, const c
 void dfi_fabric_fill_limits(const struct fi_info *i, struct dfi_fabric_limits *l)
 {
 	l->rdm = i->ep_attr->type == FI_EP_RDM;
+	l->unordered = l->rdm;
 	l->iov_limit = i->tx_attr->iov_limit;
 	l->rma_iov_limit = i->tx_attr->rma_iov_limit;
 	l->tx_size = i->tx_attr->size;
