@@ -187,8 +187,8 @@ $(DATCONF): Makefile | $(LIB)
 	  echo "ofi-lo-extofi u2.0 nonthreadsafe default $(abspath $(LIB)) dapl.2.0 \"tcp lo ext=ofi\" \"\""; \
 	  echo "ofi-sock-lo u2.0 nonthreadsafe default $(abspath $(LIB)) dapl.2.0 \"sockets 127.0.0.1\" \"\""; \
 	  echo "ofi-net-rdm-lo u2.0 nonthreadsafe default $(abspath $(LIB)) dapl.2.0 \"net lo ep=rdm\" \"\""; \
-	  echo "# deliberately broken entries, used by the tests (tcp;ofi_rxm: offset-addressed RMA)"; \
 	  echo "ofi-rxm-lo u2.0 nonthreadsafe default $(abspath $(LIB)) dapl.2.0 \"tcp;ofi_rxm lo\" \"\""; \
+	  echo "# deliberately broken entries, used by the tests"; \
 	  echo "ofi-bad-params u2.0 nonthreadsafe default $(abspath $(LIB)) dapl.2.0 \"tcp\" \"\""; \
 	  echo "ofi-bad-prov u2.0 nonthreadsafe default $(abspath $(LIB)) dapl.2.0 \"nosuchprov lo\" \"\""; \
 	  echo "ofi-bad-if u2.0 nonthreadsafe default $(abspath $(LIB)) dapl.2.0 \"tcp nosuchif0\" \"\""; \

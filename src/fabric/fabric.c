@@ -26,12 +26,17 @@ int dfi_fabric_open(const char *prov, const struct sockaddr_in *addr, const char
 		goto err_info;
 	f->be = f->info->ep_attr->type == FI_EP_RDM ? &dfi_rdm_backend : &dfi_msg_backend;
 	/* Virtual-address RMA with provider keys, as DAT peers expect: tcp
-	 * (and tcp;ofi_rxm) in libfabric 1.17 return mr_mode 0, offsets,
-	 * unless forced.  A provider that names its own mode keeps it (shm:
-	 * virtual addresses, keys of ours, mr.c). */
+	 * in libfabric 1.17 returns mr_mode 0, offsets, unless forced.
+	 * tcp;ofi_rxm opens its core's domain with the core's own mode (0)
+	 * unless asked for the legacy FI_MR_BASIC, which it hands down as it
+	 * is (rxm_info_to_core_mr_modes): virtual addresses, keys the core
+	 * returns.  A provider that names its own mode keeps it (shm: virtual
+	 * addresses, keys of ours, mr.c). */
 	if (!f->info->domain_attr->mr_mode)
-		f->info->domain_attr->mr_mode = FI_MR_VIRT_ADDR | FI_MR_PROV_KEY;
-	if (!(f->info->domain_attr->mr_mode & FI_MR_VIRT_ADDR)) {
+		f->info->domain_attr->mr_mode = strstr(prov, "ofi_rxm") ? FI_MR_BASIC :
+						FI_MR_VIRT_ADDR | FI_MR_PROV_KEY;
+	if (f->info->domain_attr->mr_mode != FI_MR_BASIC &&
+	    !(f->info->domain_attr->mr_mode & FI_MR_VIRT_ADDR)) {
 		snprintf(err, errlen, "libfabric provider '%s' addresses remote memory by "
 			 "offset (mr_mode 0x%x without FI_MR_VIRT_ADDR): not served yet "
 			 "(docs/rdm.md)",

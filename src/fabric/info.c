@@ -179,19 +179,6 @@ int dfi_fabric_getinfo(const char *prov, const struct sockaddr_in *addr, const c
 		if (rc == -FI_ENODATA)
 			rc = getinfo_type(prov, NULL, domain, FI_EP_RDM, out);
 	}
-	/* ofi_rxm opens its core's domain with the mode the core offers,
-	 * not the one asked for: tcp;ofi_rxm in 1.17 addresses remote memory
-	 * by offset from its region whatever dfi_fabric_open forces */
-	if (rc == 0 && (*out)->ep_attr->type == FI_EP_RDM && !(*out)->domain_attr->mr_mode &&
-	    strstr((*out)->fabric_attr->prov_name, "ofi_rxm")) {
-		snprintf(err, errlen, "libfabric provider '%s' addresses remote memory by offset "
-			 "from its region (its core's mode), and dapl-ofi serves virtual "
-			 "addresses only for now (docs/rdm.md); for RDM over TCP use "
-			 "\"net %s ep=rdm\"", prov, node);
-		fi_freeinfo(*out);
-		*out = NULL;
-		return -ENODEV;
-	}
 	if (rc == 0)
 		return 0;
 	if (rc == -FI_ENODATA && !provider_exists(prov)) {

@@ -46,7 +46,7 @@
 
 #include "dat_test.h"
 
-#define IA_NAME		"ofi-lo"
+#define IA_NAME		(getenv("DFI_TEST_IA") ? getenv("DFI_TEST_IA") : "ofi-lo")
 #define ASYNC_QLEN	8
 #define SEC		(1000u * 1000u)		/* DAT_TIMEOUT is in microseconds */
 #define BOUND_MS	5000u			/* any join, free or close */

@@ -30,7 +30,7 @@
 
 #include "dat_test.h"
 
-#define IA_NAME		"ofi-lo"
+#define IA_NAME		(getenv("DFI_TEST_IA") ? getenv("DFI_TEST_IA") : "ofi-lo")
 #define ASYNC_QLEN	8
 #define MS		1000u			/* DAT_TIMEOUT is in microseconds */
 #define BUF_LEN		(64u * 1024u)

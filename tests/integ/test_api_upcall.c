@@ -38,7 +38,7 @@
 
 #include "dat_test.h"
 
-#define IA_NAME		"ofi-lo"
+#define IA_NAME		(getenv("DFI_TEST_IA") ? getenv("DFI_TEST_IA") : "ofi-lo")
 #define SEC		(1000u * 1000u)
 #define NRECV		64		/* receives kept posted at the server */
 #define MSG		64		/* message size */
@@ -47,8 +47,9 @@
 static DAT_IA_HANDLE open_ia(DAT_EVD_HANDLE *async)
 {
 	DAT_IA_HANDLE ia = DAT_HANDLE_NULL;
-	char name[] = IA_NAME;
+	char name[DAT_NAME_MAX_LENGTH];
 
+	snprintf(name, sizeof(name), "%s", IA_NAME);
 	*async = DAT_HANDLE_NULL;
 	assert_ok(dat_ia_open(name, 8, async, &ia));
 	return ia;
