@@ -195,36 +195,40 @@ if [ "$scope" = all ] && [ "$variant" = plain ]; then
 dtest-pingpong dtestcm-poll dtestcm-w dtestx-query dtestx dtestx-p dtestx-m" \
 		run stock_clients-rdm 600 tests/stock/clients.sh
 fi
-# The RDM backend on tcp;ofi_rxm (ofi-rxm-lo): RDM over tcp's connected
-# endpoints, which completes a large message after a small one behind it
-# (the DAT layer puts completions back in order, dto.c) and keeps closed
-# endpoints in its CQs' wait sets (rdm/ep.c keeps those CQs).  Every suite
-# that takes an IA, in every variant (TSan: CM, streams, order), and the
-# stock programs in the plain one: about 60 s in all.
-if [ -x "$B/tests/test_api_conn" ] && [ "$scope" != stock ]; then
-	if [ "$variant" = tsan ]; then
-		CONN_TEST_IA=ofi-rxm-lo run test_api_conn-rxm-cm 300 "$B/tests/test_api_conn" 'test_cm_*'
-		CONN_TEST_IA=ofi-rxm-lo run test_api_conn-rxm-streams 300 "$B/tests/test_api_conn" \
-			'test_stream*'
-		CONN_TEST_IA=ofi-rxm-lo run test_api_conn-rxm-order 300 "$B/tests/test_api_conn" \
-			'test_*order*'
-	elif [ "$scope" = all ]; then
-		CONN_TEST_IA=ofi-rxm-lo run test_api_conn-rxm 300 "$B/tests/test_api_conn"
-		IB_TEST_IA=ofi-rxm-lo run test_api_ib-rxm 300 "$B/tests/test_api_ib"
-		for t in upcall cancel limits; do
-			DFI_TEST_IA=ofi-rxm-lo run test_api_$t-rxm 300 "$B/tests/test_api_$t"
-		done
+# The RDM backend on tcp;ofi_rxm (ofi-rxm-lo: RDM over tcp's connected
+# endpoints, which completes a large message after a small one behind it,
+# put back in order by dto.c, and keeps closed endpoints in its CQs' wait
+# sets, rdm/ep.c) and on shm (ofi-shm: shared memory between processes of
+# this host, CQs without a wait fd, polled).  Every suite that takes an IA,
+# in every variant (TSan: CM, streams, order), and the stock programs in
+# the plain one: about 2 minutes in all.
+for rdm in rxm:ofi-rxm-lo shm:ofi-shm; do
+	tag=${rdm%%:*} ia=${rdm#*:}
+	if [ -x "$B/tests/test_api_conn" ] && [ "$scope" != stock ]; then
+		if [ "$variant" = tsan ]; then
+			CONN_TEST_IA=$ia run test_api_conn-$tag-cm 300 "$B/tests/test_api_conn" 'test_cm_*'
+			CONN_TEST_IA=$ia run test_api_conn-$tag-streams 300 "$B/tests/test_api_conn" \
+				'test_stream*'
+			CONN_TEST_IA=$ia run test_api_conn-$tag-order 300 "$B/tests/test_api_conn" \
+				'test_*order*'
+		elif [ "$scope" = all ]; then
+			CONN_TEST_IA=$ia run test_api_conn-$tag 300 "$B/tests/test_api_conn"
+			IB_TEST_IA=$ia run test_api_ib-$tag 300 "$B/tests/test_api_ib"
+			for t in upcall cancel limits; do
+				DFI_TEST_IA=$ia run test_api_$t-$tag 300 "$B/tests/test_api_$t"
+			done
+		fi
 	fi
-fi
-if [ "$scope" = all ] && [ "$variant" = plain ]; then
-	[ -x tests/stock/dapltest.sh ] && B=$B DAPLTEST_IA=ofi-rxm-lo DAPLTEST_WRAP="" \
-		run stock_dapltest-rxm 900 tests/stock/dapltest.sh
-	[ -x tests/stock/clients.sh ] && B=$B CLIENTS_IA=ofi-rxm-lo CLIENTS_IA_RR=ofi-rxm-lo \
-		CLIENTS_WRAP="" CLIENTS_CASES="dtest-default dtest-p dtest-c dtest-w dtest-u \
+	if [ "$scope" = all ] && [ "$variant" = plain ]; then
+		[ -x tests/stock/dapltest.sh ] && B=$B DAPLTEST_IA=$ia DAPLTEST_WRAP="" \
+			run stock_dapltest-$tag 900 tests/stock/dapltest.sh
+		[ -x tests/stock/clients.sh ] && B=$B CLIENTS_IA=$ia CLIENTS_IA_RR=$ia \
+			CLIENTS_WRAP="" CLIENTS_CASES="dtest-default dtest-p dtest-c dtest-w dtest-u \
 dtest-rr dtest-pingpong dtest-datacheck dtest-allsizes dtestcm-poll dtestcm-w dtestsrq-nosrq \
 dtestx-query dtestx dtestx-p dtestx-m dtestx-b4096" \
-		run stock_clients-rxm 600 tests/stock/clients.sh
-fi
+			run stock_clients-$tag 600 tests/stock/clients.sh
+	fi
+done
 # Completion queues with poll fds (DAPL_OFI_CQ_WAIT=pollfd, fabric/cq.c):
 # their fd is dapl-ofi's mirror of the provider's list, and every waiter,
 # the progress thread and each connect and close keep it right.  The

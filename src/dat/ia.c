@@ -114,6 +114,8 @@ DAT_RETURN dfi_ia_open(const DAT_NAME_PTR name, DAT_COUNT async_qlen,
 				    DFI_ERR(DAT_INTERNAL_ERROR, 0);
 		goto err_ia;
 	}
+	/* CQs with no wait fd: polled from the start (progress.c) */
+	atomic_store(&ia->polling, dfi_fabric_limits(ia->fab)->polled);
 	rc = dfi_evd_new(ia, async_qlen, NULL, DAT_EVD_ASYNC_FLAG, &ia->async_evd);
 	if (rc != DAT_SUCCESS)
 		goto err_fab;

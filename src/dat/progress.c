@@ -577,7 +577,9 @@ static void *progress_main(void *arg)
 	uint64_t poll_at = 0, moved_at = 0;	/* polling: the next step; the last that moved */
 	int poll_cursor = 0;
 
-	if (dfi_param_int(DFI_P_PROGRESS_RT)) {
+	if (ia->polling)	/* from the start: 10 us sleeps, not 60, never real-time */
+		prctl(PR_SET_TIMERSLACK, 1000ul, 0, 0, 0);
+	else if (dfi_param_int(DFI_P_PROGRESS_RT)) {
 		struct sched_param sp = { .sched_priority = 1 };
 		int rc = pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp);
 

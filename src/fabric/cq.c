@@ -322,7 +322,10 @@ int dfi_cq_open(struct dfi_fabric *f, size_t size, struct dfi_cq **out)
 	c->fabric = f->fabric;
 	c->owner = f;
 	c->fd = -1;
-	if (strcmp(wait, "pollfd") == 0) {
+	if (f->lim.polled) {
+		attr.wait_obj = FI_WAIT_NONE;	/* polled: dfi_cq_fd is -1 */
+		rc = fi_cq_open(f->domain, &attr, &c->cq, NULL);
+	} else if (strcmp(wait, "pollfd") == 0) {
 		rc = cq_open_unspec(f, &attr, c);
 	} else if (strcmp(wait, "fd") != 0) {
 		static atomic_bool warned;
@@ -440,6 +443,8 @@ DFI_HOT int dfi_cq_trywait(struct dfi_cq *c)
 
 	if (c->ahead_pos < c->ahead_n)
 		return -EAGAIN;		/* read ahead, not handed out yet */
+	if (c->fd < 0)
+		return 0;		/* polled: nothing to arm */
 	rc = fi_trywait(c->fabric, fids, 1);
 
 	return rc == -FI_EAGAIN ? -EAGAIN : rc;

@@ -36,6 +36,9 @@ struct dfi_fabric_limits {
 	 * order (RDM providers: tcp;ofi_rxm completes a large message after a
 	 * small one behind it); the DAT layer puts them back (dto.c) */
 	bool unordered;
+	/* its CQs have no wait fd (shm, efa in 1.17): they are opened with
+	 * none and polled (dfi_cq_fd answers -1; progress.c, polling) */
+	bool polled;
 	unsigned prov_major, prov_minor;	/* the libfabric provider's version */
 	unsigned fi_major, fi_minor;		/* libfabric's */
 	char prov_name[64];

@@ -174,8 +174,15 @@ int dfi_fabric_getinfo(const char *prov, const struct sockaddr_in *addr, const c
 		rc = getinfo_type(prov, node, domain, FI_EP_MSG, out);
 	if (rc == -FI_ENODATA && kind != DFI_EP_MSG) {
 		/* bound to the IA's address where the provider addresses by
-		 * IP (tcp;ofi_rxm); else its own names (shm) */
+		 * IP (tcp;ofi_rxm); else its own names: shm takes the node as
+		 * the name of its endpoints' regions, the same in every
+		 * process ("127.0.0.1:uid:n"), where its own has the pid */
 		rc = getinfo_type(prov, node, domain, FI_EP_RDM, out);
+		if (rc == 0 && (*out)->addr_format != FI_SOCKADDR_IN &&
+		    (*out)->addr_format != FI_SOCKADDR) {
+			fi_freeinfo(*out);
+			rc = -FI_ENODATA;
+		}
 		if (rc == -FI_ENODATA)
 			rc = getinfo_type(prov, NULL, domain, FI_EP_RDM, out);
 	}

@@ -1853,6 +1853,30 @@ static pid_t spawn_peer(DAT_CONN_QUAL port, const char *mode)
 	return pid;
 }
 
+/* A killed peer on libfabric shm leaves its endpoints' regions behind
+ * (/dev/shm/<pid>:<uid>:<n>, 16 MiB each): the test made them, it removes
+ * them. */
+static void shm_regions_remove(pid_t pid)
+{
+	char prefix[32];
+	struct dirent *e;
+	DIR *d = opendir("/dev/shm");
+	size_t n;
+
+	if (!d)
+		return;
+	n = (size_t)snprintf(prefix, sizeof(prefix), "%d:", (int)pid);
+	while ((e = readdir(d))) {
+		char path[300];
+
+		if (strncmp(e->d_name, prefix, n) != 0)
+			continue;
+		snprintf(path, sizeof(path), "/dev/shm/%s", e->d_name);
+		unlink(path);
+	}
+	closedir(d);
+}
+
 /* waitpid with a bound; SIGKILL after it. Returns the status. */
 static int reap_within(pid_t pid, unsigned ms)
 {
@@ -1862,14 +1886,17 @@ static int reap_within(pid_t pid, unsigned ms)
 	for (;;) {
 		pid_t r = waitpid(pid, &status, WNOHANG);
 
-		if (r == pid)
+		if (r == pid) {
+			shm_regions_remove(pid);
 			return status;
+		}
 		if (r < 0 && errno != EINTR)
 			return -1;
 		if (ms_since(t0) > ms) {
 			kill(pid, SIGKILL);
 			while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
 				;
+			shm_regions_remove(pid);
 			return -2;
 		}
 		sleep_ms(5);

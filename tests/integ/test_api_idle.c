@@ -1,8 +1,9 @@
 /*
  * dapl-ofi integration test: an idle IA costs next to no CPU, on every
  * dat.conf entry of the build tree that make check uses (ofi-lo: tcp,
- * ofi-net-lo: net, ofi-lo-rr: tcp with RDMA reads), through the stock
- * registry (libdat2).
+ * ofi-net-lo: net, ofi-lo-rr: tcp with RDMA reads, ofi-rxm-lo: tcp;ofi_rxm,
+ * ofi-shm: shm, whose CQs have no wait fd and are polled, 10 us to 1 ms
+ * apart), through the stock registry (libdat2).
  *
  * Two IAs in this process (server and client) are connected, move a send
  * and an RDMA write (so that every CQ and the event queue have fired
@@ -386,6 +387,8 @@ int main(int argc, char **argv)
 		IDLE_CASES("ofi-lo"),
 		IDLE_CASES("ofi-net-lo"),
 		IDLE_CASES("ofi-lo-rr"),
+		IDLE_CASES("ofi-rxm-lo"),
+		IDLE_CASES("ofi-shm"),
 	};
 	watchdog_install();
 	default_dat_override();

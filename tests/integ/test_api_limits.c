@@ -566,7 +566,10 @@ static void test_fds_run_out(void **state)
 	 * said why, and did not take it for a provider whose fds never settle
 	 * (which would have switched the IA to polling for good) */
 	sleep_ms(50);
-	if (!capture_stop(&cap, "connections waiting to be taken in"))
+	/* (the RDM backend's connection manager says it: a polled IA has
+	 * no futile wake-ups to count) */
+	if (!capture_stop(&cap, "connections waiting to be taken in") &&
+	    !strstr(captured, "descriptor for a new request"))
 		fail_msg("a listener with no descriptor left: no line saying so");
 	if (strstr(captured, "polls instead"))
 		fail_msg("a listener with no descriptor left switched its IA to polling");

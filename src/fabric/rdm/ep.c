@@ -31,24 +31,17 @@ static int rdm_open(struct dfi_fabric *f, const struct sockaddr_in *addr, char *
 		return -ENOMEM;
 	}
 	rf->f = f;
-	/* Every EVD sleeps on an fd, and the progress thread watches them:
-	 * a provider whose CQs have none (shm, efa in 1.17) needs a polling
-	 * progress that is not built yet (docs/rdm.md) */
+	/* A provider whose CQs have no wait fd (shm, efa in 1.17): its CQs
+	 * are polled, by the progress thread and by waiters (docs/rdm.md) */
 	{
 		struct fi_cq_attr ca = { .size = 1, .format = FI_CQ_FORMAT_DATA,
 					 .wait_obj = FI_WAIT_FD };
 		struct fid_cq *cq;
 
-		rc = fi_cq_open(f->domain, &ca, &cq, NULL);
-		if (rc) {
-			snprintf(err, errlen, "libfabric provider '%s' has no completion queue "
-				 "with a wait fd (fi_cq_open: %s), and dapl-ofi's progress for "
-				 "such providers is not built yet (docs/rdm.md)",
-				 f->lim.prov_name, fi_strerror(-rc));
-			free(rf);
-			return -ENODEV;
-		}
-		fi_close(&cq->fid);
+		if (fi_cq_open(f->domain, &ca, &cq, NULL) == 0)
+			fi_close(&cq->fid);
+		else
+			f->lim.polled = true;
 	}
 	pthread_mutex_init(&rf->lock, NULL);
 	rc = fi_av_open(f->domain, &attr, &rf->av, NULL);

@@ -68,6 +68,7 @@ struct dfi_rcm_lis {
 	struct dfi_rcm *cm;
 	void *ctx;
 	uint16_t port;
+	bool starved;		/* out of descriptors, said so (until an accept works) */
 };
 
 /* The events made by one step of I/O, handed out one per read. */
@@ -523,12 +524,15 @@ static void on_listener(struct dfi_rcm_lis *l)
 				 SOCK_NONBLOCK | SOCK_CLOEXEC);
 
 		if (fd < 0) {
-			if (errno == EMFILE || errno == ENFILE)
+			/* once: a polled IA comes back every few microseconds */
+			if ((errno == EMFILE || errno == ENFILE) && !l->starved)
 				dfi_warn(DFI_SS_CM, "RDM connection manager: port %u: no file "
-					 "descriptor for a new request: %s", l->port,
-					 strerror(errno));
+					 "descriptor for a new request: %s; it waits until "
+					 "there is one", l->port, strerror(errno));
+			l->starved = errno == EMFILE || errno == ENFILE;
 			return;
 		}
+		l->starved = false;
 		c = conn_new(l->cm, fd);
 		if (!c) {
 			close(fd);
