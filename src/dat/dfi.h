@@ -167,8 +167,11 @@ struct dfi_dto_order {
 	_Atomic unsigned posted;	/* seqs handed out (post_lock) */
 	unsigned done;			/* the next seq to report (its EVD's lock) */
 	bool listed;			/* on its EVD's ready list */
+	bool off;			/* no memory for early: reported as they come */
 	struct dfi_dto_pool *next_ready;
-	struct dfi_comp *early;		/* [slot]: read before its turn (ctx NULL: none) */
+	/* [slot]: read before its turn (ctx NULL: none); allocated with the
+	 * first such completion */
+	struct dfi_comp *early;
 	_Atomic int slot[];		/* [seq % n]: the slot posted with it */
 };
 

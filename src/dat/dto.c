@@ -37,11 +37,10 @@ struct dfi_dto_pool *dfi_dto_pool_new(int n, bool ordered)
 	if (!p)
 		return NULL;
 	if (ordered && n > 0) {
+		/* (its early array comes with the first completion out of
+		 * order: most RDM providers never make one) */
 		p->order = calloc(1, sizeof(*p->order) + (size_t)n * sizeof(p->order->slot[0]));
-		if (p->order)
-			p->order->early = calloc((size_t)n, sizeof(*p->order->early));
-		if (!p->order || !p->order->early) {
-			free(p->order);
+		if (!p->order) {
 			dfi_arena_free(p);
 			return NULL;
 		}
@@ -302,7 +301,7 @@ static struct dfi_dto *order_ready(struct dfi_dto_pool *p)
 	struct dfi_dto_order *o = p->order;
 	int i;
 
-	if (o->done == atomic_load_explicit(&o->posted, memory_order_acquire))
+	if (!o->early || o->done == atomic_load_explicit(&o->posted, memory_order_acquire))
 		return NULL;
 	i = atomic_load_explicit(&o->slot[o->done % (unsigned)p->n], memory_order_relaxed);
 	if (!o->early[i].ctx || p->d[i].seq != o->done)
@@ -315,8 +314,14 @@ DFI_HOT static inline bool order_turn(struct dfi_dto *d, const struct dfi_comp *
 {
 	struct dfi_dto_order *o = d->pool->order;
 
-	if (__builtin_expect(!o, 1) || d->seq == o->done)
+	if (__builtin_expect(!o, 1) || o->off || d->seq == o->done)
 		return true;
+	if (!o->early && !(o->early = calloc((size_t)d->pool->n, sizeof(*o->early)))) {
+		dfi_err(DFI_SS_EP, "EP %p: out of memory holding a completion until its turn: "
+			"its completions are reported as they come from now on", (void *)d->ep);
+		o->off = true;
+		return true;
+	}
 	o->early[d - d->pool->d] = *c;
 	return false;
 }
@@ -328,6 +333,8 @@ static void order_next(struct dfi_evd *evd, struct dfi_dto *d)
 	struct dfi_dto_pool *p = d->pool;
 	struct dfi_dto_order *o = p->order;
 
+	if (o->off)
+		return;
 	o->done++;
 	if (!o->listed && order_ready(p)) {
 		o->listed = true;
@@ -342,7 +349,7 @@ static void order_forget(struct dfi_dto_pool *p)
 {
 	struct dfi_dto_order *o = p->order;
 
-	for (int i = 0; i < p->n; i++)
+	for (int i = 0; o->early && i < p->n; i++)
 		if (o->early[i].ctx) {
 			o->early[i].ctx = NULL;
 			dto_complete(p, &i, 1, 0);

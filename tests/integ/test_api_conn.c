@@ -4411,6 +4411,33 @@ static void disconnect_both(struct pair *p, DAT_EP_HANDLE sep, DAT_EP_HANDLE cep
 	expect_conn(p->s.conn, DAT_CONNECTION_EVENT_DISCONNECTED, sep, 5000, "server", NULL);
 }
 
+/* 300 connections one after another between the same two IAs, each with a
+ * message both ways: nothing of a finished connection is left to run out
+ * (shm 1.17 counted every AV insert of the same peer against its 256
+ * peers, and the 257th connection failed to accept). */
+static void test_cm_connect_300_in_turn(void **state)
+{
+	struct pair *p = *state;
+	DAT_EP_ATTR a = ep_attr(EP_DTOS, EP_DTOS);
+
+	watchdog(__func__, 120);
+	for (int i = 0; i < 300; i++) {
+		establish(p);
+		assert_ok(post_recv1(&p->s, 0, 64, 1));
+		assert_ok(post_send1(&p->c, 64, 64, 2, DAT_COMPLETION_DEFAULT_FLAG));
+		expect_dto(p->s.rcv, p->s.ep, 1, DAT_DTO_RECEIVE, DAT_DTO_SUCCESS, 64, 5000,
+			   "server receive");
+		expect_dto(p->c.req, p->c.ep, 2, DAT_DTO_SEND, DAT_DTO_SUCCESS, 64, 5000,
+			   "client send");
+		disconnect_both(p, p->s.ep, p->c.ep);
+		assert_ok(dat_ep_free(p->s.ep));
+		assert_ok(dat_ep_free(p->c.ep));
+		assert_ok(side_ep(&p->s, &a));
+		assert_ok(side_ep(&p->c, &a));
+	}
+	alarm(0);
+}
+
 /* dat_psp_create with DAT_PSP_PROVIDER_FLAG: each request comes with an
  * EP of the provider's (dat_cr_query's local_ep_handle), TENTATIVE, with
  * no PZ nor EVDs; dat_ep_modify gives them, dat_cr_accept with a NULL EP
@@ -5170,6 +5197,7 @@ int main(int argc, char **argv)
 		TP(test_cm_preopen_fds_come_back),
 		TP(test_cm_preopen_modify_then_connect),
 		/* DAT 2.0 connection calls */
+		TP(test_cm_connect_300_in_turn),
 		TP(test_psp_provider_flag),
 		TP(test_cr_handoff),
 		TP(test_cr_handoff_provider_ep),

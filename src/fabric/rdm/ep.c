@@ -84,6 +84,10 @@ static void rdm_close(struct dfi_fabric *f)
 		fi_close(&k->cq->fid);
 		free(k);
 	}
+	for (struct rdm_peer *p = rf->peers, *next; p; p = next) {
+		next = p->next;
+		free(p);
+	}
 	dfi_rcm_close(rf->cm);
 	fi_close(&rf->av->fid);
 	free(rf->slots);
@@ -272,18 +276,53 @@ static bool rdm_cq_closing(struct dfi_fabric *f, struct dfi_cq *cq)
 	return k != NULL;
 }
 
-/* The peer's RDM endpoint in the AV (lock held): its fi_addr.  Inserting
- * an address again gives the same entry on the util AVs (tcp;ofi_rxm,
- * shm), so connections to one peer share it. */
-static int peer_insert(struct rdm_fabric *rf, const struct dfi_rcm_end *remote, fi_addr_t *out)
+/* Peers no connection uses leave the AV (lock held): room for new ones. */
+static int peers_evict(struct rdm_fabric *rf)
 {
-	int n = fi_av_insert(rf->av, remote->addr, 1, out, 0, NULL);
+	int n = 0;
 
+	for (struct rdm_peer **pp = &rf->peers, *p; (p = *pp);) {
+		if (p->refs) {
+			pp = &p->next;
+			continue;
+		}
+		*pp = p->next;
+		fi_av_remove(rf->av, &p->addr, 1, 0);
+		free(p);
+		n++;
+	}
+	return n;
+}
+
+/* The peer's RDM endpoint in the AV (lock held), taken for e: its fi_addr
+ * in e->peer.  The AV full (shm: 256 peers), the unused ones make room. */
+static int peer_get(struct rdm_fabric *rf, struct rdm_fep *e, const struct dfi_rcm_end *remote)
+{
+	struct rdm_peer *p;
+	int n;
+
+	for (p = rf->peers; p; p = p->next)
+		if (p->len == remote->addr_len && !memcmp(p->name, remote->addr, p->len))
+			goto found;
+	if (!(p = calloc(1, sizeof(*p))))
+		return -ENOMEM;
+	n = fi_av_insert(rf->av, remote->addr, 1, &p->addr, 0, NULL);
+	if (n != 1 && peers_evict(rf))
+		n = fi_av_insert(rf->av, remote->addr, 1, &p->addr, 0, NULL);
 	if (n != 1) {
 		dfi_err(DFI_SS_FABRIC, "fi_av_insert of a peer's address (%u bytes): %s",
-			remote->addr_len, n < 0 ? fi_strerror(-n) : "not inserted");
-		return n < 0 ? n : -EINVAL;
+			remote->addr_len, n < 0 ? fi_strerror(-n) : "not inserted (the AV is full)");
+		free(p);
+		return n < 0 ? n : -ENOMEM;
 	}
+	p->len = remote->addr_len;
+	memcpy(p->name, remote->addr, p->len);
+	p->next = rf->peers;
+	rf->peers = p;
+found:
+	p->refs++;
+	e->peer_ref = p;
+	e->peer = p->addr;
 	return 0;
 }
 
@@ -414,7 +453,7 @@ static bool translate(struct rdm_fabric *rf, struct dfi_rcm_event *r, struct dfi
 	case DFI_RCM_ESTABLISHED:
 		if (!e->established && e->peer == FI_ADDR_UNSPEC) {
 			/* the connecting side: the peer's end came in its REP */
-			if (peer_insert(rf, &r->remote, &e->peer)) {
+			if (peer_get(rf, e, &r->remote)) {
 				conn_gone(e);
 				ev->type = DFI_CM_ERROR;
 				ev->ctx = e->ctx;
@@ -615,7 +654,7 @@ static int rdm_fep_open(struct dfi_fabric *f, struct dfi_eq *eq, void *p,
 		}
 	}
 	if (!rc && req) {
-		rc = peer_insert(rf, &req->remote, &e->peer);
+		rc = peer_get(rf, e, &req->remote);
 		if (rc) {
 			id_put(rf, e->id);
 			rep_put(rf, e->rep);
@@ -717,6 +756,8 @@ static void rdm_fep_close(struct dfi_fep *fe)
 		conn_gone(e);
 	id_put(rf, e->id);
 	rep_put(rf, e->rep);
+	if (e->peer_ref)
+		e->peer_ref->refs--;
 	pthread_mutex_unlock(&rf->lock);
 	dfi_arena_free(e);
 }

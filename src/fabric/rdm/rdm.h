@@ -44,6 +44,18 @@ struct rdm_ep {
 	uint8_t addr[DFI_RDM_ADDR_MAX];
 };
 
+/* A peer's RDM endpoint in the AV, shared by the connections to it: an
+ * address goes into the AV once (shm counts every insert against its 256
+ * peers, the same address included), and stays, unused, until the AV
+ * needs the room (ep.c, peer_get). */
+struct rdm_peer {
+	struct rdm_peer *next;
+	fi_addr_t addr;
+	int refs;			/* connections using it */
+	uint16_t len;
+	uint8_t name[DFI_RDM_ADDR_MAX];
+};
+
 /* A connection-id slot: its generation, and the endpoint holding it. */
 struct rdm_slot {
 	uint16_t gen;
@@ -60,6 +72,7 @@ struct rdm_fabric {
 	struct dfi_rcm *cm;
 	struct rdm_ep *eps;
 	struct rdm_kept_cq *kept;
+	struct rdm_peer *peers;
 	struct rdm_slot *slots;		/* slots[id - 1] */
 	/* free ids, oldest first: an id comes back only after every other
 	 * free one, so its 14-bit generation wraps that much later */
@@ -89,12 +102,13 @@ struct rdm_fep {
 	struct dfi_fep base;
 	/* the data path's: set before the endpoint is reported connected */
 	struct fid_ep *ep;		/* rep->ep */
-	fi_addr_t peer;			/* the peer's RDM endpoint */
+	fi_addr_t peer;			/* the peer's RDM endpoint (peer_ref's) */
 	uint64_t stag;			/* the peer's tag: what this one sends with */
 	uint64_t rtag;			/* its own: what its receives match */
 
 	struct rdm_fabric *rf;
 	struct rdm_ep *rep;
+	struct rdm_peer *peer_ref;
 	void *ctx;			/* the DAT layer's, for its events */
 	uint32_t id;
 	uint16_t gen;
