@@ -43,6 +43,8 @@ static int rdm_open(struct dfi_fabric *f, const struct sockaddr_in *addr, char *
 		else
 			f->lim.polled = true;
 	}
+	if (strcmp(f->lim.prov_name, "shm") == 0)
+		dfi_rdm_shm_unlink_at_exit();
 	pthread_mutex_init(&rf->lock, NULL);
 	rc = fi_av_open(f->domain, &attr, &rf->av, NULL);
 	if (rc) {

@@ -123,6 +123,9 @@ struct rdm_fep {
 
 #define RDM_FEP(e)	((struct rdm_fep *)(e))
 
+/* shmexit.c: shm's region files of this process go at its exit */
+void dfi_rdm_shm_unlink_at_exit(void);
+
 /* post.c */
 int dfi_rdm_post_send(struct dfi_fep *e, const struct dfi_sge *sg, int n, void *ctx);
 int dfi_rdm_post_inject(struct dfi_fep *e, const struct dfi_sge *sg, int n);
