@@ -44,7 +44,7 @@ TAIL=12
 
 bail() { echo "Bail out! $*"; exit 2; }
 
-PLAN=20		# the build, then one line per run_case below
+PLAN=24		# the build, then one line per run_case below
 if [ ! -d "$IN" ]; then
 	echo "1..1"
 	if [ "${CHECK_APPS_REQUIRED:-0}" = 1 ]; then
@@ -144,8 +144,15 @@ LIVE=()
 
 alive() { [ -n "$1" ] && kill -0 "$1" 2>/dev/null; }
 # SIGKILL only: libfabric loads libinfinipath (psm), whose SIGTERM handler
-# calls exit() and can deadlock in pscom's atexit cleanup.
-kill_wait() { alive "$1" && kill -KILL "$1" 2>/dev/null; wait "$1" 2>/dev/null; }
+# calls exit() and can deadlock in pscom's atexit cleanup.  A process killed
+# on libfabric shm leaves its regions in /dev/shm (<pid>:<uid>:<n>).
+kill_wait() {
+	if alive "$1" && kill -KILL "$1" 2>/dev/null; then
+		wait "$1" 2>/dev/null
+		rm -f /dev/shm/"$1":*
+	fi
+	wait "$1" 2>/dev/null
+}
 cleanup() {
 	local p
 	for p in "${LIVE[@]}"; do kill_wait "$p"; done
@@ -363,6 +370,16 @@ run_case "pscom pp 4194304 B rendezvous verify"   $E,rdma "$R" $((4 * MiB)) $((4
 # every size a new buffer: pscom never deregisters its send buffers
 # (pscom_io.c), so its cache fills and later sizes fall back to eager
 run_case "pscom pp 4096 B to 4194304 B rendezvous verify (21 sizes)" $E,rndv "$R" 4096 $((4 * MiB)) "-V -v -n 10 -t 20"
+# The RDM backend (docs/rdm.md): shm between the two processes, whose CQs
+# are polled, and tcp;ofi_rxm, which completes large messages out of order;
+# eager writes into the polled ring and the RDMA-read rendezvous on each.
+for ia in ofi-shm ofi-rxm-lo; do
+	run_case "pscom pp 0 B to 4194304 B eager verify over $ia (RDM backend)" \
+		dapl,verify,prov=$ia "PSP_TCP=0 PSP_DAPL_PROVIDER=$ia" 0 $((4 * MiB)) "-V -n 20 -t 20"
+	run_case "pscom pp 4096 B to 4194304 B rendezvous verify over $ia (RDM backend)" \
+		dapl,verify,rndv,prov=$ia "PSP_TCP=0 PSP_DAPL_PROVIDER=$ia PSP_DAPL_RENDEZVOUS=4096" \
+		4096 $((4 * MiB)) "-V -v -n 10 -t 20"
+done
 # The IA: by name, and by the registry's list (the first entry that opens).
 run_case "pscom provider by name: ofi-lo-rr" dapl,verify,prov=ofi-lo-rr \
 	"PSP_TCP=0 PSP_DAPL_PROVIDER=ofi-lo-rr" 64 65536 "-V -n 30 -t 20"
