@@ -229,7 +229,7 @@ for rdm in rxm:ofi-rxm-lo shm:ofi-shm; do
 		[ -x tests/stock/clients.sh ] && B=$B CLIENTS_IA=$ia CLIENTS_IA_RR=$ia \
 			CLIENTS_IA_ATOMIC=$ia CLIENTS_WRAP="" CLIENTS_CASES="dtest-default dtest-p \
 dtest-c dtest-w dtest-u dtest-rr dtest-pingpong dtest-datacheck dtest-allsizes dtestcm-poll \
-dtestcm-w dtestsrq-nosrq dtestx-query dtestx dtestx-p dtestx-m dtestx-b4096 $atomics" \
+dtestcm-w dtestcm-1000 dtestsrq-nosrq dtestx-query dtestx dtestx-p dtestx-m dtestx-b4096 $atomics" \
 			run stock_clients-$tag 600 tests/stock/clients.sh
 	fi
 done
@@ -261,7 +261,7 @@ fi
 if [ "$scope" != unit ] && [ -x tests/stock/clients.sh ]; then
 	B=$B CLIENTS_WRAP="$stock_wrap" CLIENTS_CASES="${CLIENTS_CASES:-dtest-default dtest-p \
 dtest-c dtest-w dtest-u dtest-rr dtest-pingpong dtest-allsizes dtest-datacheck dtestcm-poll \
-dtestcm-w dtestsrq-srq dtestsrq-srq-c4 dtestsrq-srq-c8 dtestsrq-nosrq dtestx-query dtestx dtestx-p \
+dtestcm-w dtestcm-1000 dtestsrq-srq dtestsrq-srq-c4 dtestsrq-srq-c8 dtestsrq-nosrq dtestx-query dtestx dtestx-p \
 dtestx-m dtestx-b4096 dtestx-atomics}" run stock_clients 1200 tests/stock/clients.sh
 fi
 # clients.sh refuses a dtestcm case whose -b does not divide -c (the stock

@@ -132,6 +132,7 @@ add dtest-datacheck dtest    "$IA"    -D -b 4096
 add dtest-allsizes  dtest    "$IA"    -W -a -b 65536
 add dtestcm-poll    dtestcm  "$IA"    -c 100 -b 10
 add dtestcm-w       dtestcm  "$IA"    -c 100 -b 10 -w
+add dtestcm-1000    dtestcm  "$IA"    -c 1000
 add dtestsrq-srq    dtestsrq "$IA"    -c 2 -B 4 -t 3 -b 1024
 add dtestsrq-srq-c4 dtestsrq "$IA"    -c 4 -B 8 -t 3 -b 1024
 # dtestsrq's async EVD holds 8 events: with more than 8 connections the
