@@ -87,6 +87,10 @@ struct dfi_ia {
 	pthread_mutex_t lock;
 	struct dfi_obj objs;		/* list head (sentinel) */
 	int n_pz, n_lmr, n_evd, n_cno, n_srq, n_rmr;
+	/* the RMRs, for a peer's send with invalidate, read under an EVD
+	 * lock: a leaf lock of their own (rmr.c) */
+	pthread_mutex_t rmr_lock;
+	struct dfi_rmr *rmrs;
 	int n_ep;			/* EPs, provider-created ones too: max_eps */
 	DAT_NAMED_ATTR prov_attr[10];
 	int n_prov_attr;
@@ -229,7 +233,7 @@ struct dfi_srq_dto {
 	size_t len;
 	int err;
 	bool imm;			/* an RDMA write with immediate data took it */
-	uint64_t data;			/* then: its length << 32 | the value */
+	uint64_t data;			/* then: its remote CQ data (dfi_imm_*) */
 	struct dfi_srq_dto *next;	/* free list, or the recv EVD's staged list */
 };
 
@@ -577,6 +581,9 @@ DAT_RETURN dfi_ep_post_rdma_write(DAT_EP_HANDLE, DAT_COUNT, DAT_LMR_TRIPLET *, D
 				  const DAT_RMR_TRIPLET *, DAT_COMPLETION_FLAGS);
 DAT_RETURN dfi_ep_post_rdma_read(DAT_EP_HANDLE, DAT_COUNT, DAT_LMR_TRIPLET *, DAT_DTO_COOKIE,
 				 const DAT_RMR_TRIPLET *, DAT_COMPLETION_FLAGS);
+DAT_RETURN dfi_ep_post_send_with_invalidate(DAT_EP_HANDLE, DAT_COUNT, DAT_LMR_TRIPLET *,
+					    DAT_DTO_COOKIE, DAT_COMPLETION_FLAGS, DAT_BOOLEAN,
+					    DAT_RMR_CONTEXT);
 DAT_RETURN dfi_ep_post_rdma_write_immed(DAT_EP_HANDLE, DAT_COUNT, DAT_LMR_TRIPLET *,
 					DAT_DTO_COOKIE, const DAT_RMR_TRIPLET *, DAT_UINT32,
 					DAT_COMPLETION_FLAGS);
@@ -701,8 +708,27 @@ bool dfi_srq_ep_progress(struct dfi_ep *ep);
 /* An async event naming h (only its value: h may be gone by then). */
 void dfi_post_async(struct dfi_ia *ia, DAT_EVENT_NUMBER num, DAT_HANDLE h, DAT_COUNT reason);
 
-/* stubs.c: every slot not built yet. */
-void dfi_fill_stubs(DAT_PROVIDER *p);
+/* The remote CQ data a receive completes with (docs/ib-extension.md): an
+ * RDMA write with immediate data's notice carries (length + 1) << 32 | its
+ * value, a send with invalidate 0 << 32 | the RMR context it invalidates. */
+static inline uint64_t dfi_imm_write(uint32_t len, uint32_t value)
+{
+	return ((uint64_t)len + 1) << 32 | value;
+}
+
+static inline bool dfi_imm_invalidates(uint64_t data)
+{
+	return !(data >> 32);
+}
+
+static inline uint32_t dfi_imm_write_len(uint64_t data)
+{
+	return (uint32_t)((data >> 32) - 1);
+}
+
+/* rmr.c: a peer's send with invalidate took a receive of ia: the RMR bound
+ * with context ctx is unbound.  False: none is.  Takes only rmr_lock. */
+bool dfi_rmr_invalidate(struct dfi_ia *ia, DAT_RMR_CONTEXT ctx);
 
 /* IA limits we report and enforce. */
 #define DFI_MAX_PZS		1024

@@ -185,6 +185,8 @@ DAT_DTO_COMPLETION_STATUS dfi_dto_status(int err)
 }
 
 static void dto_event_ib(struct dfi_dto *d, const struct dfi_comp *c, DAT_EVENT *ev);
+static void dto_event_invalidate(struct dfi_dto *d, const struct dfi_comp *c,
+				 DAT_DTO_COMPLETION_EVENT_DATA *e);
 
 /* Every field of the DTO completion is written; the rest of the event's
  * union is not cleared (it is not this event's, and this runs once per
@@ -207,18 +209,41 @@ DFI_HOT static void dto_event(struct dfi_dto *d, const struct dfi_comp *c, DAT_E
 			dfi_dbg(DFI_SS_EP, "EP %p: DTO %d (cookie 0x%llx) failed: %s",
 				(void *)d->ep, (int)d->op, (unsigned long long)d->cookie.as_64,
 				strerror(c->err));
-	} else if (d->op == DAT_DTO_RECEIVE && !c->imm) {
+	} else if (d->op == DAT_DTO_RECEIVE && (!c->imm || dfi_imm_invalidates(c->data))) {
 		dfi_cnt_add_1w(&d->ep->cnt[DCNT_EP_RECV], 1);
 		dfi_cnt_add_1w(&d->ep->cnt[DCNT_EP_RECV_DATA], c->len);
 	}
-	if (__builtin_expect(c->imm || d->op >= DAT_DTO_EXTENSION_BASE, 0))
-		dto_event_ib(d, c, ev);
+	if (__builtin_expect(c->imm || d->op >= DAT_DTO_EXTENSION_BASE, 0)) {
+		/* (sockets reports the remote CQ data flag on the send's
+		 * completion too: only a receive's means anything) */
+		if (d->op == DAT_DTO_RECEIVE && c->imm && dfi_imm_invalidates(c->data))
+			dto_event_invalidate(d, c, e);
+		else if (d->op == DAT_DTO_RECEIVE || d->op >= DAT_DTO_EXTENSION_BASE)
+			dto_event_ib(d, c, ev);
+	}
+}
+
+/* A receive that a peer's dat_ep_post_send_with_invalidate took: the RMR
+ * whose context the send carried is unbound before the consumer hears of
+ * the data (rmr.c).  None bound with it: a protection error, as IB's. */
+static void dto_event_invalidate(struct dfi_dto *d, const struct dfi_comp *c,
+				 DAT_DTO_COMPLETION_EVENT_DATA *e)
+{
+	DAT_RMR_CONTEXT ctx = (DAT_RMR_CONTEXT)c->data;
+
+	e->operation = DAT_DTO_RECEIVE_WITH_INVALIDATE;
+	e->rmr_context = ctx;
+	if (c->err || dfi_rmr_invalidate(d->ep->hdr.ia, ctx))
+		return;
+	dfi_warn(DFI_SS_EP, "EP %p: the peer's send with invalidate names RMR context 0x%x, "
+		 "which no RMR of this IA has bound", (void *)d->ep, (unsigned)ctx);
+	e->status = DAT_DTO_ERR_LOCAL_PROTECTION;
 }
 
 /* The IB extension's DTO events (ib.c, docs/ib-extension.md): the
  * sender's RDMA write with immediate data, and the receive it consumed at
  * the target, whose remote CQ data carries the write's length (high 32
- * bits) and the immediate value (low 32). */
+ * bits, plus one: dfi_imm_write) and the immediate value (low 32). */
 static void dto_event_ib(struct dfi_dto *d, const struct dfi_comp *c, DAT_EVENT *ev)
 {
 	DAT_DTO_COMPLETION_EVENT_DATA *e = &ev->event_data.dto_completion_event_data;
@@ -231,10 +256,11 @@ static void dto_event_ib(struct dfi_dto *d, const struct dfi_comp *c, DAT_EVENT 
 		e->operation = (DAT_DTOS)DAT_IB_DTO_RECV_IMMED;
 		x->type = DAT_IB_RDMA_WRITE_IMMED_DATA;
 		x->val.immed.data = (DAT_UINT32)c->data;
-		e->transfered_length = c->err ? 0 : (DAT_SEG_LENGTH)(c->data >> 32);
+		e->transfered_length = c->err ? 0 : (DAT_SEG_LENGTH)dfi_imm_write_len(c->data);
 		if (!c->err) {
 			dfi_cnt_add(&d->ep->cnt[DCNT_EP_RECV_RDMA_IMM], 1);
-			dfi_cnt_add(&d->ep->cnt[DCNT_EP_RECV_RDMA_IMM_DATA], c->data >> 32);
+			dfi_cnt_add(&d->ep->cnt[DCNT_EP_RECV_RDMA_IMM_DATA],
+				    dfi_imm_write_len(c->data));
 		}
 	} else {
 		x->type = d->op == (DAT_DTOS)DAT_IB_DTO_FETCH_ADD ? DAT_IB_FETCH_AND_ADD :
@@ -555,6 +581,7 @@ DFI_HOT static void cq_consumed(void *ctx, const DAT_EVENT *ev)
 	if (!ep)
 		return;
 	bool recv = e->operation == DAT_DTO_RECEIVE ||
+		    e->operation == DAT_DTO_RECEIVE_WITH_INVALIDATE ||
 		    e->operation == (DAT_DTOS)DAT_IB_DTO_RECV_IMMED;
 
 	if (recv && ep->srq) {
@@ -705,7 +732,7 @@ void dfi_ep_dto_orphan(struct dfi_ep *ep)
 		dfi_evq_source_detach(&recv->q, event_of_ep, ep);
 }
 
-enum post_kind { POST_SEND, POST_RECV, POST_WRITE, POST_READ, POST_WRITE_IMM };
+enum post_kind { POST_SEND, POST_RECV, POST_WRITE, POST_READ, POST_WRITE_IMM, POST_SEND_INV };
 
 /*
  * DAT_COMPLETION_BARRIER_FENCE_FLAG: the request may not start before the
@@ -748,7 +775,7 @@ struct dfi_held {
 static int post_write_imm(struct dfi_ep *ep, const struct dfi_sge *sg, int n, uint64_t raddr,
 			  uint32_t rkey, uint32_t imm, struct dfi_dto *d)
 {
-	uint64_t data = (uint64_t)d->len << 32 | imm;
+	uint64_t data = dfi_imm_write((uint32_t)d->len, imm);
 	int rc = dfi_post_write(ep->fep, sg, n, raddr, rkey, NULL);
 
 	if (rc)
@@ -756,7 +783,7 @@ static int post_write_imm(struct dfi_ep *ep, const struct dfi_sge *sg, int n, ui
 	/* the write is out: the notice must follow it (its slot is reserved:
 	 * the endpoint's transmit queue is twice the EP's requests, conn.c) */
 	for (int k = 0; k < 1000; k++) {
-		rc = dfi_post_senddata(ep->fep, data, d);
+		rc = dfi_post_senddata(ep->fep, NULL, 0, data, d);
 		if (rc != -EAGAIN)
 			break;
 		sched_yield();
@@ -780,6 +807,8 @@ DFI_HOT static inline int post_kind(struct dfi_ep *ep, enum post_kind kind,
 	case POST_RECV: return dfi_post_recv(ep->fep, sg, n, d);
 	case POST_WRITE: return dfi_post_write(ep->fep, sg, n, raddr, rkey, d);
 	case POST_WRITE_IMM: return post_write_imm(ep, sg, n, raddr, rkey, imm, d);
+	/* the RMR context to invalidate as remote CQ data (dfi_imm_invalidates) */
+	case POST_SEND_INV: return dfi_post_senddata(ep->fep, sg, n, imm, d);
 	default:
 		/* counted before the post: its completion may be read first */
 		atomic_fetch_add_explicit(&ep->sendq->reads_out, 1, memory_order_acq_rel);
@@ -913,7 +942,7 @@ POST_INLINE void post_count(struct dfi_ep *ep, enum post_kind kind, DAT_VLEN byt
 	static const int which[] = {
 		[POST_SEND] = DCNT_EP_POST_SEND, [POST_RECV] = DCNT_EP_POST_RECV,
 		[POST_WRITE] = DCNT_EP_POST_WRITE, [POST_READ] = DCNT_EP_POST_READ,
-		[POST_WRITE_IMM] = DCNT_EP_POST_WRITE_IMM,
+		[POST_WRITE_IMM] = DCNT_EP_POST_WRITE_IMM, [POST_SEND_INV] = DCNT_EP_POST_SEND,
 	};
 
 	dfi_cnt_add_1w(&ep->cnt[which[kind]], 1);
@@ -938,9 +967,10 @@ POST_INLINE DAT_RETURN post_locked(struct dfi_ep *ep, DAT_COUNT nseg, DAT_LMR_TR
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG1),
 				  "EP %p takes its receives from SRQ %p: post them with "
 				  "dat_srq_post_recv", (void *)ep, (void *)ep->srq);
-	maxseg = kind == POST_RECV ? ep->attr.max_recv_iov : kind == POST_SEND ?
-		 ep->attr.max_request_iov : kind == POST_WRITE || kind == POST_WRITE_IMM ?
-		 ep->attr.max_rdma_write_iov : ep->attr.max_rdma_read_iov;
+	maxseg = kind == POST_RECV ? ep->attr.max_recv_iov :
+		 kind == POST_SEND || kind == POST_SEND_INV ? ep->attr.max_request_iov :
+		 kind == POST_WRITE || kind == POST_WRITE_IMM ? ep->attr.max_rdma_write_iov :
+		 ep->attr.max_rdma_read_iov;
 	if (nseg < 0 || nseg > maxseg)
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2),
 				  "EP %p: %d segments, the EP allows %d", (void *)ep, nseg, maxseg);
@@ -959,10 +989,10 @@ POST_INLINE DAT_RETURN post_locked(struct dfi_ep *ep, DAT_COUNT nseg, DAT_LMR_TR
 		total += iov[i].segment_length;
 		n++;
 	}
-	if (kind == POST_WRITE_IMM && total > UINT32_MAX)
+	if (kind == POST_WRITE_IMM && total >= UINT32_MAX)
 		return DFI_REJECT(DFI_ERR(DAT_LENGTH_ERROR, 0),
 				  "EP %p: RDMA write with immediate data of %llu bytes: at most "
-				  "4 GiB - 1", (void *)ep, (unsigned long long)total);
+				  "4 GiB - 2", (void *)ep, (unsigned long long)total);
 	pool = kind == POST_RECV ? ep->recvq : ep->sendq;
 	i = dto_get(pool);
 	if (i < 0)
@@ -973,7 +1003,8 @@ POST_INLINE DAT_RETURN post_locked(struct dfi_ep *ep, DAT_COUNT nseg, DAT_LMR_TR
 	d->ep = ep;
 	d->cookie = cookie;
 	d->len = (DAT_SEG_LENGTH)total;
-	d->op = kind == POST_SEND ? DAT_DTO_SEND : kind == POST_RECV ? DAT_DTO_RECEIVE :
+	d->op = kind == POST_SEND || kind == POST_SEND_INV ? DAT_DTO_SEND :
+		kind == POST_RECV ? DAT_DTO_RECEIVE :
 		kind == POST_WRITE ? DAT_DTO_RDMA_WRITE : kind == POST_READ ? DAT_DTO_RDMA_READ :
 		(DAT_DTOS)DAT_IB_DTO_RDMA_WRITE_IMMED;
 	d->suppress = (flags & DAT_COMPLETION_SUPPRESS_FLAG) ||
@@ -1106,6 +1137,26 @@ DFI_HOT DAT_RETURN dfi_ep_post_send(DAT_EP_HANDLE ep, DAT_COUNT n, DAT_LMR_TRIPL
 				    DAT_DTO_COOKIE cookie, DAT_COMPLETION_FLAGS flags)
 {
 	return post(ep, n, iov, cookie, NULL, flags, POST_SEND, 0);
+}
+
+/* A send whose receive unbinds the peer's RMR with context rmr (DAT 2.0;
+ * IB's send with invalidate): the context travels as the message's remote
+ * CQ data, and the receiver's completion is DAT_DTO_RECEIVE_WITH_INVALIDATE
+ * with that context (dto_event_invalidate). */
+DAT_RETURN dfi_ep_post_send_with_invalidate(DAT_EP_HANDLE h, DAT_COUNT n, DAT_LMR_TRIPLET *iov,
+					    DAT_DTO_COOKIE cookie, DAT_COMPLETION_FLAGS flags,
+					    DAT_BOOLEAN invalidate, DAT_RMR_CONTEXT rmr)
+{
+	struct dfi_ep *ep = dfi_obj_get(h, DFI_T_EP);
+
+	if (!invalidate)
+		return post(h, n, iov, cookie, NULL, flags, POST_SEND, 0);
+	if (ep && dfi_fabric_limits(ep->hdr.ia->fab)->cq_data_size < 8)
+		return DFI_REJECT(DFI_ERR(DAT_MODEL_NOT_SUPPORTED, 0),
+				  "EP %p: libfabric %s carries no remote CQ data, which a send "
+				  "with invalidate needs", (void *)ep,
+				  dfi_fabric_limits(ep->hdr.ia->fab)->prov_name);
+	return post(h, n, iov, cookie, NULL, flags, POST_SEND_INV, rmr);
 }
 
 DFI_HOT DAT_RETURN dfi_ep_post_recv(DAT_EP_HANDLE ep, DAT_COUNT n, DAT_LMR_TRIPLET *iov,

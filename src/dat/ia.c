@@ -69,6 +69,7 @@ DAT_RETURN dfi_ia_open(const DAT_NAME_PTR name, DAT_COUNT async_qlen,
 	ia->hdr.ia = ia;
 	ia->prov = p;
 	pthread_mutex_init(&ia->lock, NULL);
+	pthread_mutex_init(&ia->rmr_lock, NULL);
 	pthread_mutex_init(&ia->cm_lock, NULL);
 	pthread_mutex_init(&ia->eq_lock, NULL);
 	pthread_cond_init(&ia->batch_done, NULL);
@@ -155,6 +156,7 @@ err_ia:
 	pthread_mutex_destroy(&ia->eq_lock);
 	pthread_mutex_destroy(&ia->cm_lock);
 	pthread_mutex_destroy(&ia->lock);
+	pthread_mutex_destroy(&ia->rmr_lock);
 	dfi_obj_retire(ia);
 	return rc;
 }
@@ -374,6 +376,7 @@ DAT_RETURN dfi_ia_close(DAT_IA_HANDLE h, DAT_CLOSE_FLAGS flags)
 	pthread_mutex_destroy(&ia->eq_lock);
 	pthread_mutex_destroy(&ia->cm_lock);
 	pthread_mutex_destroy(&ia->lock);
+	pthread_mutex_destroy(&ia->rmr_lock);
 	dfi_obj_retire(ia);
 	return DAT_SUCCESS;
 }

@@ -45,7 +45,6 @@ static void fill_table(struct dfi_provider *p)
 {
 	DAT_PROVIDER *t = &p->table;
 
-	dfi_fill_stubs(t);	/* every slot first; real ones below */
 	t->device_name = p->info.ia_name;
 	t->extension = p;
 	t->ia_open_func = dfi_ia_open;
@@ -91,6 +90,7 @@ static void fill_table(struct dfi_provider *p)
 	t->ep_connect_func = dfi_ep_connect;
 	t->ep_disconnect_func = dfi_ep_disconnect;
 	t->ep_post_send_func = dfi_ep_post_send;
+	t->ep_post_send_with_invalidate_func = dfi_ep_post_send_with_invalidate;
 	t->ep_post_recv_func = dfi_ep_post_recv;
 	t->ep_post_rdma_write_func = dfi_ep_post_rdma_write;
 	t->ep_post_rdma_read_func = dfi_ep_post_rdma_read;

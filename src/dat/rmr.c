@@ -9,6 +9,10 @@
  * dat_rmr_create_for_ep makes the same RMR: its key, like every RMR's here,
  * serves the connections of the whole IA (libfabric keys are per domain),
  * and its scope reads DAT_RMR_SCOPE_EP as every RMR's does.
+ *
+ * A peer's dat_ep_post_send_with_invalidate unbinds one (dfi_rmr_invalidate)
+ * from the completion path, under an EVD lock: the IA's RMRs are listed
+ * under rmr_lock, a leaf lock, and a binding changes under it.
  */
 #include "dfi.h"
 #include "fabric/fabric.h"
@@ -23,6 +27,7 @@ struct dfi_rmr {
 	DAT_MEM_PRIV_FLAGS priv;
 	DAT_VA_TYPE va_type;
 	DAT_RMR_CONTEXT context;
+	struct dfi_rmr *next;		/* ia->rmrs (rmr_lock) */
 };
 
 DAT_RETURN dfi_rmr_create(DAT_PZ_HANDLE pzh, DAT_RMR_HANDLE *out)
@@ -58,6 +63,10 @@ DAT_RETURN dfi_rmr_create(DAT_PZ_HANDLE pzh, DAT_RMR_HANDLE *out)
 	pthread_mutex_lock(&ia->lock);
 	pz->refs++;
 	pthread_mutex_unlock(&ia->lock);
+	pthread_mutex_lock(&ia->rmr_lock);
+	rmr->next = ia->rmrs;
+	ia->rmrs = rmr;
+	pthread_mutex_unlock(&ia->rmr_lock);
 	*out = rmr;
 	return DAT_SUCCESS;
 }
@@ -88,11 +97,13 @@ DAT_RETURN dfi_rmr_query(DAT_RMR_HANDLE h, DAT_RMR_PARAM_MASK mask, DAT_RMR_PARA
 	memset(p, 0, sizeof(*p));
 	p->ia_handle = rmr->hdr.ia;
 	p->pz_handle = rmr->pz;
+	pthread_mutex_lock(&rmr->hdr.ia->rmr_lock);	/* a peer may invalidate it */
 	p->lmr_triplet = rmr->triplet;
 	p->mem_priv = rmr->priv;
 	p->rmr_context = rmr->context;
-	p->rmr_scope = DAT_RMR_SCOPE_EP;
 	p->va_type = rmr->va_type;
+	pthread_mutex_unlock(&rmr->hdr.ia->rmr_lock);
+	p->rmr_scope = DAT_RMR_SCOPE_EP;
 	return DAT_SUCCESS;
 }
 
@@ -140,6 +151,7 @@ DAT_RETURN dfi_rmr_bind(DAT_RMR_HANDLE h, DAT_LMR_HANDLE lmrh, const DAT_LMR_TRI
 			return DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_MEMORY_REGION);
 	}
 	/* rebind or unbind: the old registration goes */
+	pthread_mutex_lock(&rmr->hdr.ia->rmr_lock);
 	old = rmr->mr;
 	rmr->mr = mr;
 	rmr->context = key;
@@ -149,6 +161,7 @@ DAT_RETURN dfi_rmr_bind(DAT_RMR_HANDLE h, DAT_LMR_HANDLE lmrh, const DAT_LMR_TRI
 		rmr->triplet = *t;
 	else
 		memset(&rmr->triplet, 0, sizeof(rmr->triplet));
+	pthread_mutex_unlock(&rmr->hdr.ia->rmr_lock);
 	dfi_mr_dereg(old);
 	if (ctx)
 		*ctx = key;
@@ -166,8 +179,18 @@ DAT_RETURN dfi_rmr_bind(DAT_RMR_HANDLE h, DAT_LMR_HANDLE lmrh, const DAT_LMR_TRI
 void dfi_rmr_destroy(struct dfi_rmr *rmr)
 {
 	struct dfi_ia *ia = rmr->hdr.ia;
+	struct dfi_rmr **pp;
+	struct dfi_mr *mr;
 
-	dfi_mr_dereg(rmr->mr);
+	pthread_mutex_lock(&ia->rmr_lock);
+	for (pp = &ia->rmrs; *pp && *pp != rmr; pp = &(*pp)->next)
+		;
+	if (*pp)
+		*pp = rmr->next;
+	mr = rmr->mr;
+	rmr->mr = NULL;
+	pthread_mutex_unlock(&ia->rmr_lock);
+	dfi_mr_dereg(mr);
 	pthread_mutex_lock(&ia->lock);
 	rmr->pz->refs--;
 	ia->n_rmr--;
@@ -184,15 +207,32 @@ DAT_RETURN dfi_rmr_free(DAT_RMR_HANDLE h)
 	return DAT_SUCCESS;
 }
 
-/* The bound RMR of ia whose key is ctx, or NULL (the IA lock held). */
+bool dfi_rmr_invalidate(struct dfi_ia *ia, DAT_RMR_CONTEXT ctx)
+{
+	struct dfi_mr *mr = NULL;
+
+	pthread_mutex_lock(&ia->rmr_lock);
+	for (struct dfi_rmr *r = ia->rmrs; r; r = r->next)
+		if (r->mr && r->context == ctx) {
+			mr = r->mr;
+			r->mr = NULL;
+			r->context = 0;
+			r->priv = 0;
+			memset(&r->triplet, 0, sizeof(r->triplet));
+			break;
+		}
+	pthread_mutex_unlock(&ia->rmr_lock);
+	/* after it, no access with the key is served (libfabric closes it) */
+	dfi_mr_dereg(mr);
+	return mr != NULL;
+}
+
+/* The bound RMR of ia whose key is ctx, or NULL (rmr_lock held). */
 static struct dfi_rmr *rmr_by_context(struct dfi_ia *ia, DAT_RMR_CONTEXT ctx)
 {
-	for (struct dfi_obj *o = ia->objs.next; o != &ia->objs; o = o->next) {
-		struct dfi_rmr *r = (struct dfi_rmr *)o;
-
-		if (o->type == DFI_T_RMR && r->mr && r->context == ctx)
+	for (struct dfi_rmr *r = ia->rmrs; r; r = r->next)
+		if (r->mr && r->context == ctx)
 			return r;
-	}
 	return NULL;
 }
 
@@ -200,7 +240,7 @@ static struct dfi_rmr *rmr_by_context(struct dfi_ia *ia, DAT_RMR_CONTEXT ctx)
  * read into a steering tag): the RMR's bound range stands in for an LMR
  * triplet, and the read is an ordinary one.  The RMR must grant what a
  * peer's read response does to it, remote write.  Found by a walk of the
- * IA's objects: this call is rare, and keeps the hot post path as it is. */
+ * IA's RMRs: this call is rare, and keeps the hot post path as it is. */
 DAT_RETURN dfi_ep_post_rdma_read_to_rmr(DAT_EP_HANDLE eph, const DAT_RMR_TRIPLET *local,
 					DAT_DTO_COOKIE cookie, const DAT_RMR_TRIPLET *remote,
 					DAT_COMPLETION_FLAGS flags)
@@ -221,7 +261,7 @@ DAT_RETURN dfi_ep_post_rdma_read_to_rmr(DAT_EP_HANDLE eph, const DAT_RMR_TRIPLET
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG4),
 				  "remote RMR triplet is NULL");
 	ia = ep->hdr.ia;
-	pthread_mutex_lock(&ia->lock);
+	pthread_mutex_lock(&ia->rmr_lock);
 	r = rmr_by_context(ia, local->rmr_context);
 	if (!r)
 		rc = DFI_REJECT(DFI_ERR(DAT_PROTECTION_VIOLATION, 0),
@@ -246,7 +286,7 @@ DAT_RETURN dfi_ep_post_rdma_read_to_rmr(DAT_EP_HANDLE eph, const DAT_RMR_TRIPLET
 		iov.virtual_address = local->virtual_address;
 		iov.segment_length = local->segment_length;
 	}
-	pthread_mutex_unlock(&ia->lock);
+	pthread_mutex_unlock(&ia->rmr_lock);
 	if (rc != DAT_SUCCESS)
 		return rc;
 	return dfi_ep_post_rdma_read(ep, 1, &iov, cookie, remote, flags);

@@ -733,14 +733,24 @@ int dfi_srq_take_staged(struct dfi_evd *evd, DAT_EVENT *ev, int max)
 		e->status = dfi_dto_status(d->err);
 		e->operation = DAT_DTO_RECEIVE;
 		e->transfered_length = (DAT_SEG_LENGTH)d->len;
-		if (d->imm) {
+		if (d->imm && dfi_imm_invalidates(d->data)) {
+			/* a send with invalidate took it (dto.c) */
+			e->operation = DAT_DTO_RECEIVE_WITH_INVALIDATE;
+			e->rmr_context = (DAT_RMR_CONTEXT)d->data;
+			if (!dfi_rmr_invalidate(srq->hdr.ia, e->rmr_context)) {
+				dfi_warn(DFI_SS_EP, "EP %p: the peer's send with invalidate names "
+					 "RMR context 0x%x, which no RMR of this IA has bound",
+					 (void *)d->ep, (unsigned)e->rmr_context);
+				e->status = DAT_DTO_ERR_LOCAL_PROTECTION;
+			}
+		} else if (d->imm) {
 			/* an RDMA write with immediate data took it (dto.c) */
 			DAT_IB_EXTENSION_EVENT_DATA *x =
 				(DAT_IB_EXTENSION_EVENT_DATA *)ev[out].event_extension_data;
 
 			ev[out].event_number = (DAT_EVENT_NUMBER)DAT_IB_DTO_EVENT;
 			e->operation = (DAT_DTOS)DAT_IB_DTO_RECV_IMMED;
-			e->transfered_length = (DAT_SEG_LENGTH)(d->data >> 32);
+			e->transfered_length = (DAT_SEG_LENGTH)dfi_imm_write_len(d->data);
 			x->type = DAT_IB_RDMA_WRITE_IMMED_DATA;
 			x->status = DAT_OP_SUCCESS;
 			x->val.immed.data = (DAT_UINT32)d->data;

@@ -250,9 +250,10 @@ DFI_HOT int dfi_post_read(struct dfi_fep *fep, const struct dfi_sge *sg, int n, 
 	return fep->be->post_read(fep, sg, n, raddr, rkey, ctx);
 }
 
-int dfi_post_senddata(struct dfi_fep *fep, uint64_t data, void *ctx)
+int dfi_post_senddata(struct dfi_fep *fep, const struct dfi_sge *sg, int n, uint64_t data,
+		      void *ctx)
 {
-	return fep->be->post_senddata(fep, data, ctx);
+	return fep->be->post_senddata(fep, sg, n, data, ctx);
 }
 
 int dfi_post_atomic(struct dfi_fep *fep, enum dfi_atomic_op op, const uint64_t *operand,

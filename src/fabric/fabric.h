@@ -237,10 +237,11 @@ int dfi_post_recv(struct dfi_fep *fep, const struct dfi_sge *sg, int n, void *ct
 int dfi_srx_post_recv(struct dfi_srx *srx, const struct dfi_sge *sg, int n, void *ctx);
 int dfi_post_write(struct dfi_fep *fep, const struct dfi_sge *sg, int n, uint64_t raddr,
 		   uint32_t rkey, void *ctx);
-/* A message of no bytes carrying `data` as remote CQ data: it takes a
- * posted receive at the peer, whose completion has imm set (only where
- * the limits' cq_data_size is 8 or more). */
-int dfi_post_senddata(struct dfi_fep *fep, uint64_t data, void *ctx);
+/* A message (of sg, n: none may be 0) carrying `data` as remote CQ data:
+ * it takes a posted receive at the peer, whose completion has imm set
+ * (only where the limits' cq_data_size is 8 or more). */
+int dfi_post_senddata(struct dfi_fep *fep, const struct dfi_sge *sg, int n, uint64_t data,
+		      void *ctx);
 /* A native 8-byte atomic at raddr/rkey (only where the limits say atomic):
  * fetch-and-add of *operand, or compare-and-swap (*compare, then *operand
  * as the new value); the old value lands in *result.  operand and compare

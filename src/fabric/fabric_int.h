@@ -79,7 +79,8 @@ struct dfi_backend {
 			  uint32_t rkey, void *ctx);
 	int (*post_read)(struct dfi_fep *fep, const struct dfi_sge *sg, int n, uint64_t raddr,
 			 uint32_t rkey, void *ctx);
-	int (*post_senddata)(struct dfi_fep *fep, uint64_t data, void *ctx);
+	int (*post_senddata)(struct dfi_fep *fep, const struct dfi_sge *sg, int n, uint64_t data,
+			     void *ctx);
 	int (*post_atomic)(struct dfi_fep *fep, enum dfi_atomic_op op, const uint64_t *operand,
 			   const uint64_t *compare, uint64_t *result, struct dfi_mr *result_mr,
 			   uint64_t raddr, uint32_t rkey, void *ctx);

@@ -1958,20 +1958,24 @@ static void test_ia_close_abrupt_aborts_waiter(void **state)
 	assert_ok(c_evd_query(f, f->evd));
 }
 
-/* ================================================================ stubs */
+/* ============================================== send with invalidate */
 
-/* The slot dapl-ofi does not implement (dat_ep_post_send_with_invalidate,
- * reached through the provider's table: libdat2 does not export it)
- * answers DAT_NOT_IMPLEMENTED, not a crash or a silent success; nothing is
- * posted, so no event follows. */
-static void test_stub_slots_not_implemented(void **state)
+/* dat_ep_post_send_with_invalidate, reached through the provider's table
+ * (libdat2 does not export it), on a handle that is no EP, with and
+ * without invalidation: the EP argument named, nothing posted.  (Its
+ * happy path, over tcp and the RDM backend, is in test_api_conn.) */
+static void test_send_with_invalidate_bad_handle(void **state)
 {
 	struct fx *f = *state;
 	DAT_DTO_COOKIE ck = { .as_64 = 1 };
+	DAT_PROVIDER *prov = DAT_HANDLE_TO_PROVIDER(f->pz);
 
-	assert_err(DAT_HANDLE_TO_PROVIDER(f->pz)->ep_post_send_with_invalidate_func(
-			   f->pz, 0, NULL, ck, DAT_COMPLETION_DEFAULT_FLAG, DAT_TRUE, 0),
-		   DAT_NOT_IMPLEMENTED);
+	assert_rc(prov->ep_post_send_with_invalidate_func(f->pz, 0, NULL, ck,
+							  DAT_COMPLETION_DEFAULT_FLAG, DAT_TRUE, 7),
+		  ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EP));
+	assert_rc(prov->ep_post_send_with_invalidate_func(f->pz, 0, NULL, ck,
+							  DAT_COMPLETION_DEFAULT_FLAG, DAT_FALSE, 0),
+		  ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EP));
 }
 
 /* ================================================= DAT 2.0 calls, no peer */
@@ -2366,7 +2370,7 @@ int main(int argc, char **argv)
 		TF(test_evd_set_unwaitable_wakes_waiter),
 		TF(test_ia_close_abrupt_aborts_waiter),
 		/* stubs */
-		TF(test_stub_slots_not_implemented),
+		TF(test_send_with_invalidate_bad_handle),
 		TF(test_dat20_calls_bad_handles),
 		TF(test_rmr_max),
 		TF(test_ep_create_defaults),

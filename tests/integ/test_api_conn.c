@@ -4438,6 +4438,99 @@ static void test_cm_connect_300_in_turn(void **state)
 	alarm(0);
 }
 
+/* The server's receive completion of a send with invalidate, checked. */
+static void expect_recv_inv(struct pair *p, uint64_t cookie, DAT_RMR_CONTEXT ctx,
+			    DAT_DTO_COMPLETION_STATUS status, DAT_SEG_LENGTH len, const char *what)
+{
+	DAT_EVENT ev;
+	const DAT_DTO_COMPLETION_EVENT_DATA *d = &ev.event_data.dto_completion_event_data;
+
+	assert_ok(wait_ev(p->s.rcv, 5000, &ev));
+	if (ev.event_number != DAT_DTO_COMPLETION_EVENT || d->user_cookie.as_64 != cookie ||
+	    d->operation != DAT_DTO_RECEIVE_WITH_INVALIDATE || d->rmr_context != ctx ||
+	    d->status != status || (status == DAT_DTO_SUCCESS && d->transfered_length != len))
+		fail_msg("%s: event 0x%x cookie 0x%llx op %d rmr_context 0x%x status %d length %u; "
+			 "expected a DTO completion, cookie 0x%llx, op %d, rmr_context 0x%x, "
+			 "status %d, length %u", what, ev.event_number,
+			 (unsigned long long)d->user_cookie.as_64, d->operation, d->rmr_context,
+			 d->status, d->transfered_length, (unsigned long long)cookie,
+			 DAT_DTO_RECEIVE_WITH_INVALIDATE, ctx, status, len);
+}
+
+/* dat_ep_post_send_with_invalidate (through the provider's table: libdat2
+ * does not export it): the server's RMR, bound and written through, is
+ * unbound by the client's send, whose receive says so with its context
+ * (DAT_DTO_RECEIVE_WITH_INVALIDATE) and carries the bytes, in two segments
+ * too; a send without invalidation is a plain one; invalidating a context
+ * no RMR has bound fails the receive with a protection error, and the
+ * connection goes on. */
+static void test_send_with_invalidate(void **state)
+{
+	struct pair *p = *state;
+	DAT_PROVIDER *prov = DAT_HANDLE_TO_PROVIDER(p->c.ep);
+	DAT_RMR_HANDLE rmr;
+	DAT_RMR_CONTEXT rctx = 0;
+	DAT_RMR_COOKIE cookie = { .as_64 = 0x78 };
+	DAT_LMR_TRIPLET t, two[2];
+	DAT_RMR_TRIPLET r;
+	DAT_RMR_PARAM rp;
+
+	watchdog(__func__, 60);
+	establish(p);
+	assert_ok(dat_rmr_create(p->s.pz, &rmr));
+	t = seg(&p->s, 65536, 4096);
+	assert_ok(dat_rmr_bind(rmr, p->s.lmr, &t, DAT_MEM_PRIV_REMOTE_WRITE_FLAG, DAT_VA_TYPE_VA,
+			       p->s.ep, cookie, DAT_COMPLETION_SUPPRESS_FLAG, &rctx));
+	/* the client writes through it, then sends with invalidate */
+	fill(p->c.buf, 4096, 61);
+	t = seg(&p->c, 0, 4096);
+	r.rmr_context = rctx;
+	r.virtual_address = p->s.reg_addr + 65536;
+	r.segment_length = 4096;
+	assert_ok(dat_ep_post_rdma_write(p->c.ep, 1, &t, ck(0x5401), &r,
+					 DAT_COMPLETION_DEFAULT_FLAG));
+	assert_ok(post_recv1(&p->s, 0, 256, 0x5402));
+	fill(p->c.buf + 8192, 200, 62);
+	two[0] = seg(&p->c, 8192, 100);
+	two[1] = seg(&p->c, 8192 + 100, 100);
+	assert_ok(prov->ep_post_send_with_invalidate_func(p->c.ep, 2, two, ck(0x5403),
+							  DAT_COMPLETION_DEFAULT_FLAG, DAT_TRUE,
+							  rctx));
+	expect_dto(p->c.req, p->c.ep, 0x5401, DAT_DTO_RDMA_WRITE, DAT_DTO_SUCCESS, 4096, 5000,
+		   "client RDMA write through the RMR");
+	expect_dto(p->c.req, p->c.ep, 0x5403, DAT_DTO_SEND, DAT_DTO_SUCCESS, 200, 5000,
+		   "client send with invalidate");
+	expect_recv_inv(p, 0x5402, rctx, DAT_DTO_SUCCESS, 200, "server receive of it");
+	assert_memory_equal(p->s.buf, p->c.buf + 8192, 200);
+	assert_memory_equal(p->s.buf + 65536, p->c.buf, 4096);	/* the write landed first */
+	assert_ok(dat_rmr_query(rmr, DAT_RMR_FIELD_ALL, &rp));
+	assert_int_equal(rp.rmr_context, 0);
+	assert_int_equal(rp.lmr_triplet.segment_length, 0);
+
+	/* without invalidation: a plain send and receive */
+	assert_ok(post_recv1(&p->s, 0, 256, 0x5404));
+	assert_ok(prov->ep_post_send_with_invalidate_func(p->c.ep, 1, &two[0], ck(0x5405),
+							  DAT_COMPLETION_DEFAULT_FLAG, DAT_FALSE,
+							  rctx));
+	expect_dto(p->s.rcv, p->s.ep, 0x5404, DAT_DTO_RECEIVE, DAT_DTO_SUCCESS, 100, 5000,
+		   "server receive of a send without invalidation");
+	expect_dto(p->c.req, p->c.ep, 0x5405, DAT_DTO_SEND, DAT_DTO_SUCCESS, 100, 5000,
+		   "client send without invalidation");
+
+	/* the context again: no RMR has it bound any more */
+	assert_ok(post_recv1(&p->s, 0, 256, 0x5406));
+	assert_ok(prov->ep_post_send_with_invalidate_func(p->c.ep, 1, &two[0], ck(0x5407),
+							  DAT_COMPLETION_DEFAULT_FLAG, DAT_TRUE,
+							  rctx));
+	expect_recv_inv(p, 0x5406, rctx, DAT_DTO_ERR_LOCAL_PROTECTION, 0,
+			"server receive invalidating a context no RMR has");
+	expect_dto(p->c.req, p->c.ep, 0x5407, DAT_DTO_SEND, DAT_DTO_SUCCESS, 100, 5000,
+		   "client send invalidating a stale context");
+	data_both_ways(p, p->s.ep, p->c.ep, 31);
+	assert_ok(dat_rmr_free(rmr));
+	alarm(0);
+}
+
 /* dat_psp_create with DAT_PSP_PROVIDER_FLAG: each request comes with an
  * EP of the provider's (dat_cr_query's local_ep_handle), TENTATIVE, with
  * no PZ nor EVDs; dat_ep_modify gives them, dat_cr_accept with a NULL EP
@@ -5198,6 +5291,7 @@ int main(int argc, char **argv)
 		TP(test_cm_preopen_modify_then_connect),
 		/* DAT 2.0 connection calls */
 		TP(test_cm_connect_300_in_turn),
+		TP(test_send_with_invalidate),
 		TP(test_psp_provider_flag),
 		TP(test_cr_handoff),
 		TP(test_cr_handoff_provider_ep),

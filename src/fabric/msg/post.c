@@ -83,9 +83,23 @@ int dfi_msg_post_atomic(struct dfi_fep *e, enum dfi_atomic_op op, const uint64_t
 				      raddr, rkey, ctx));
 }
 
-int dfi_msg_post_senddata(struct dfi_fep *e, uint64_t data, void *ctx)
+int dfi_msg_post_senddata(struct dfi_fep *e, const struct dfi_sge *sg, int n, uint64_t data,
+			  void *ctx)
 {
-	return dfi_post_rc(fi_senddata(MSG_FEP(e)->ep, NULL, 0, NULL, data, 0, ctx));
+	struct iovec iov[DFI_MAX_SGE];
+	void *desc[DFI_MAX_SGE];
+	struct fi_msg m = { .msg_iov = iov, .desc = desc, .iov_count = (size_t)n, .context = ctx,
+			    .data = data };
+	int rc;
+
+	if (n <= 1)
+		return dfi_post_rc(fi_senddata(MSG_FEP(e)->ep, n ? sg[0].addr : NULL,
+					       n ? sg[0].len : 0, n ? dfi_sge_desc(&sg[0]) : NULL,
+					       data, 0, ctx));
+	rc = dfi_fill_iov(sg, n, iov, desc);
+	if (rc)
+		return rc;
+	return dfi_post_rc(fi_sendmsg(MSG_FEP(e)->ep, &m, FI_REMOTE_CQ_DATA | FI_COMPLETION));
 }
 
 DFI_HOT int dfi_msg_post_read(struct dfi_fep *e, const struct dfi_sge *sg, int n, uint64_t raddr,

@@ -129,11 +129,23 @@ DFI_HOT int dfi_rdm_post_read(struct dfi_fep *e, const struct dfi_sge *sg, int n
 
 /* A tagged message of no bytes: it takes a posted receive at the peer,
  * whose completion carries data (the IB extension's immediate data). */
-int dfi_rdm_post_senddata(struct dfi_fep *fe, uint64_t data, void *ctx)
+int dfi_rdm_post_senddata(struct dfi_fep *fe, const struct dfi_sge *sg, int n, uint64_t data,
+			  void *ctx)
 {
 	struct rdm_fep *e = RDM_FEP(fe);
+	struct iovec iov[DFI_MAX_SGE];
+	void *desc[DFI_MAX_SGE];
+	struct fi_msg_tagged m = { .msg_iov = iov, .desc = desc, .iov_count = (size_t)n,
+				   .addr = e->peer, .tag = e->stag, .context = ctx, .data = data };
+	int rc;
 
-	RETRY(e, fi_tsenddata(e->ep, NULL, 0, NULL, data, e->peer, e->stag, ctx));
+	if (n <= 1)
+		RETRY(e, fi_tsenddata(e->ep, n ? sg[0].addr : NULL, n ? sg[0].len : 0,
+				      n ? dfi_sge_desc(&sg[0]) : NULL, data, e->peer, e->stag, ctx));
+	rc = dfi_fill_iov(sg, n, iov, desc);
+	if (rc)
+		return rc;
+	RETRY(e, fi_tsendmsg(e->ep, &m, FI_REMOTE_CQ_DATA | FI_COMPLETION));
 }
 
 int dfi_rdm_post_atomic(struct dfi_fep *fe, enum dfi_atomic_op op, const uint64_t *operand,

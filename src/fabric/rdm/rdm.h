@@ -134,7 +134,8 @@ int dfi_rdm_post_write(struct dfi_fep *e, const struct dfi_sge *sg, int n, uint6
 		       uint32_t rkey, void *ctx);
 int dfi_rdm_post_read(struct dfi_fep *e, const struct dfi_sge *sg, int n, uint64_t raddr,
 		      uint32_t rkey, void *ctx);
-int dfi_rdm_post_senddata(struct dfi_fep *e, uint64_t data, void *ctx);
+int dfi_rdm_post_senddata(struct dfi_fep *e, const struct dfi_sge *sg, int n, uint64_t data,
+			  void *ctx);
 int dfi_rdm_post_atomic(struct dfi_fep *e, enum dfi_atomic_op op, const uint64_t *operand,
 			const uint64_t *compare, uint64_t *result, struct dfi_mr *result_mr,
 			uint64_t raddr, uint32_t rkey, void *ctx);
