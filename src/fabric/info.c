@@ -141,12 +141,13 @@ static int getinfo_type(const char *prov, const char *node, const char *domain,
 			continue;
 		hints->domain_attr->data_progress = tries[k].progress;
 		hints->caps = tries[k].atomic ? hints->caps | FI_ATOMIC : hints->caps & ~FI_ATOMIC;
-		hints->tx_attr->size = 1024;
-		hints->rx_attr->size = 1024;
-		rc = fi_getinfo(DFI_FI_VERSION, node, NULL, node ? FI_SOURCE : 0, hints, out);
-		if (rc == -FI_ENODATA) {
-			hints->tx_attr->size = 0;
-			hints->rx_attr->size = 0;
+		/* an RDM endpoint's receive queue holds the receives of every
+		 * DAT EP that shares it (rdm/ep.c, rep_fits): deeper first */
+		for (size_t q = type == FI_EP_RDM ? 0 : 1; q < 3 && rc == -FI_ENODATA; q++) {
+			static const size_t depth[] = { 16384, 1024, 0 };
+
+			hints->tx_attr->size = depth[q] > 1024 ? 1024 : depth[q];
+			hints->rx_attr->size = depth[q];
 			rc = fi_getinfo(DFI_FI_VERSION, node, NULL, node ? FI_SOURCE : 0, hints,
 					out);
 		}

@@ -4438,6 +4438,61 @@ static void test_cm_connect_300_in_turn(void **state)
 	alarm(0);
 }
 
+/* 40 connections on the pair's EVDs, every server EP with its whole
+ * receive queue posted (2560 receives in all, more than an RDM provider's
+ * endpoint holds: shm 1024), then a message on each, in turn: every one
+ * arrives.  The RDM backend shares an endpoint between the EPs of one CQ
+ * pair only as far as its queues go. */
+static void test_many_eps_receive_queues_full(void **state)
+{
+	struct pair *p = *state;
+	enum { N = 40 };
+	DAT_EP_ATTR a = ep_attr(EP_DTOS, EP_DTOS);
+	DAT_EP_HANDLE sep[N], cep[N];
+
+	watchdog(__func__, 120);
+	for (int i = 0; i < N; i++) {
+		DAT_CR_HANDLE cr;
+		DAT_LMR_TRIPLET t = seg(&p->s, 0, 64);
+
+		assert_ok(dat_ep_create(p->s.ia, p->s.pz, p->s.rcv, p->s.req, p->s.conn, &a,
+					&sep[i]));
+		assert_ok(dat_ep_create(p->c.ia, p->c.pz, p->c.rcv, p->c.req, p->c.conn, &a,
+					&cep[i]));
+		for (int k = 0; k < EP_DTOS; k++)
+			assert_ok(dat_ep_post_recv(sep[i], 1, &t, ck(0x7000 + k),
+						   DAT_COMPLETION_DEFAULT_FLAG));
+		assert_ok(connect_to(cep[i], p->port, NULL, 0));
+		cr = wait_cr(&p->s, p->psp, p->port);
+		assert_ok(dat_cr_accept(cr, sep[i], 0, NULL));
+		expect_conn(p->s.conn, DAT_CONNECTION_EVENT_ESTABLISHED, sep[i], 5000, "server",
+			    NULL);
+		expect_conn(p->c.conn, DAT_CONNECTION_EVENT_ESTABLISHED, cep[i], 5000, "client",
+			    NULL);
+	}
+	for (int i = 0; i < N; i++) {
+		DAT_LMR_TRIPLET t = seg(&p->c, 0, 32);
+
+		assert_ok(dat_ep_post_send(cep[i], 1, &t, ck(0x7100 + i),
+					   DAT_COMPLETION_DEFAULT_FLAG));
+		expect_dto(p->s.rcv, sep[i], 0x7000, DAT_DTO_RECEIVE, DAT_DTO_SUCCESS, 32, 5000,
+			   "server receive on one of 40 EPs with full receive queues");
+		expect_dto(p->c.req, cep[i], 0x7100 + i, DAT_DTO_SEND, DAT_DTO_SUCCESS, 32, 5000,
+			   "client send");
+	}
+	for (int i = 0; i < N; i++)
+		disconnect_both(p, sep[i], cep[i]);
+	for (int i = 0; i < N; i++) {
+		DAT_EVENT ev;
+
+		assert_ok(dat_ep_free(cep[i]));
+		assert_ok(dat_ep_free(sep[i]));
+		while (dat_evd_dequeue(p->s.rcv, &ev) == DAT_SUCCESS)
+			;	/* the flushed receives */
+	}
+	alarm(0);
+}
+
 /* The server's receive completion of a send with invalidate, checked. */
 static void expect_recv_inv(struct pair *p, uint64_t cookie, DAT_RMR_CONTEXT ctx,
 			    DAT_DTO_COMPLETION_STATUS status, DAT_SEG_LENGTH len, const char *what)
@@ -5292,6 +5347,7 @@ int main(int argc, char **argv)
 		/* DAT 2.0 connection calls */
 		TP(test_cm_connect_300_in_turn),
 		TP(test_send_with_invalidate),
+		TP(test_many_eps_receive_queues_full),
 		TP(test_psp_provider_flag),
 		TP(test_cr_handoff),
 		TP(test_cr_handoff_provider_ep),

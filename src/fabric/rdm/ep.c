@@ -150,20 +150,57 @@ static void id_put(struct rdm_fabric *rf, uint32_t id)
 
 /* ------------------------------------------------- shared RDM endpoints */
 
-/* The RDM endpoint of the CQ pair, opened at its first user (lock held). */
-static int rep_get(struct rdm_fabric *rf, struct dfi_cq *txcq, struct dfi_cq *rxcq,
-		   struct rdm_ep **out)
+/* Room on r for a DAT EP of this receive queue depth (the provider's
+ * depth, granted at the open: info.c asks 16384, shm gives 1024): a posted
+ * receive holds one of the endpoint's receive entries until a message
+ * takes it, and a post that finds none never gets one (shm and
+ * tcp;ofi_rxm answer EAGAIN for good: 1000 connections of 16 receives
+ * each on one endpoint did not connect).  Transmit entries come back with
+ * their completions: a post that finds none retries (post.c), and is
+ * refused as a full queue after 2 s.  A quarter of the depth stays for
+ * the messages that arrive before their receive (shm holds them in the
+ * same entries).  An EP alone always fits. */
+#define RDM_EPS_PER_CQ_PAIR	4	/* then the least used is shared beyond its depth */
+
+static bool rep_fits(const struct rdm_fabric *rf, const struct rdm_ep *r, size_t rx)
+{
+	const struct dfi_fabric_limits *l = &rf->f->lim;
+
+	return !r->rx_used || !l->rx_size || r->rx_used + rx <= l->rx_size - l->rx_size / 4;
+}
+
+/* An endpoint on this CQ pair with room for tx and rx, opened if none
+ * has (lock held). */
+static int rep_get(struct rdm_fabric *rf, struct dfi_cq *txcq, struct dfi_cq *rxcq, size_t tx,
+		   size_t rx, struct rdm_ep **out)
 {
 	struct dfi_fabric *f = rf->f;
-	struct rdm_ep *r;
-	int rc;
+	struct rdm_ep *r, *least = NULL;
+	int rc, n = 0;
 
-	for (r = rf->eps; r; r = r->next)
-		if (r->txcq == txcq && r->rxcq == rxcq) {
-			r->refs++;
-			*out = r;
-			return 0;
-		}
+	/* Not more than RDM_EPS_PER_CQ_PAIR: each is a provider endpoint (a
+	 * region of a few MiB on shm, whose progress crashed beside 167 of
+	 * them; about 90 MiB of buffers on tcp;ofi_rxm, which also connects
+	 * each pair of them to a peer's anew).  Beyond, a receive may find the
+	 * queue full: DAT_INSUFFICIENT_RESOURCES after 2 s, never a hang. */
+	for (r = rf->eps; r; r = r->next) {
+		if (r->txcq != txcq || r->rxcq != rxcq)
+			continue;
+		n++;
+		if (!least || r->rx_used < least->rx_used)
+			least = r;
+		if (rep_fits(rf, r, rx))
+			break;
+	}
+	if (!r && n >= RDM_EPS_PER_CQ_PAIR)
+		r = least;
+	if (r) {
+		r->refs++;
+		r->tx_used += tx;
+		r->rx_used += rx;
+		*out = r;
+		return 0;
+	}
 	r = calloc(1, sizeof(*r));
 	if (!r)
 		return -ENOMEM;
@@ -191,6 +228,10 @@ static int rep_get(struct rdm_fabric *rf, struct dfi_cq *txcq, struct dfi_cq *rx
 	r->txcq = txcq;
 	r->rxcq = rxcq;
 	r->refs = 1;
+	r->tx_used = tx;
+	r->rx_used = rx;
+	dfi_dbg(DFI_SS_FABRIC, "RDM endpoint %d on CQs %p/%p opened (receive queue %zu)", n + 1,
+		(void *)txcq, (void *)rxcq, f->lim.rx_size);
 	r->next = rf->eps;
 	rf->eps = r;
 	*out = r;
@@ -199,10 +240,12 @@ static int rep_get(struct rdm_fabric *rf, struct dfi_cq *txcq, struct dfi_cq *rx
 
 /* Its last user gone, it stays open for the next one on the same CQs, and
  * closes once both its CQs' EVDs are gone (rdm_cq_closing). */
-static void rep_put(struct rdm_fabric *rf, struct rdm_ep *r)
+static void rep_put(struct rdm_fabric *rf, struct rdm_ep *r, size_t tx, size_t rx)
 {
 	(void)rf;
 	r->refs--;
+	r->tx_used -= tx;
+	r->rx_used -= rx;
 }
 
 static void kept_put(struct rdm_fabric *rf, struct rdm_kept_cq *k)
@@ -635,8 +678,6 @@ static int rdm_fep_open(struct dfi_fabric *f, struct dfi_eq *eq, void *p,
 	int rc;
 
 	(void)eq;
-	(void)tx_size;
-	(void)rx_size;
 	if (srx)
 		return -ENOSYS;
 	e = dfi_arena_calloc(sizeof(*e));
@@ -647,11 +688,13 @@ static int rdm_fep_open(struct dfi_fabric *f, struct dfi_eq *eq, void *p,
 	e->ctx = ctx;
 	e->peer = FI_ADDR_UNSPEC;
 	pthread_mutex_lock(&rf->lock);
-	rc = rep_get(rf, txcq, rxcq, &e->rep);
+	e->tx_need = tx_size;
+	e->rx_need = rx_size + 1;	/* and the hello's (path_up) */
+	rc = rep_get(rf, txcq, rxcq, tx_size, rx_size, &e->rep);
 	if (!rc) {
 		e->id = id_get(rf, e);
 		if (!e->id) {
-			rep_put(rf, e->rep);
+			rep_put(rf, e->rep, e->tx_need, e->rx_need);
 			rc = -ENOMEM;
 		}
 	}
@@ -659,7 +702,7 @@ static int rdm_fep_open(struct dfi_fabric *f, struct dfi_eq *eq, void *p,
 		rc = peer_get(rf, e, &req->remote);
 		if (rc) {
 			id_put(rf, e->id);
-			rep_put(rf, e->rep);
+			rep_put(rf, e->rep, e->tx_need, e->rx_need);
 		}
 	}
 	if (rc) {
@@ -757,7 +800,7 @@ static void rdm_fep_close(struct dfi_fep *fe)
 	if (e->conn)
 		conn_gone(e);
 	id_put(rf, e->id);
-	rep_put(rf, e->rep);
+	rep_put(rf, e->rep, e->tx_need, e->rx_need);
 	if (e->peer_ref)
 		e->peer_ref->refs--;
 	pthread_mutex_unlock(&rf->lock);

@@ -32,14 +32,16 @@ struct rdm_kept_cq {
 	int eps;		/* endpoints still bound to it */
 };
 
-/* One FI_EP_RDM endpoint per pair of CQs (a DAT EP's request and receive
- * EVDs), shared by every DAT endpoint bound to that pair. */
+/* An FI_EP_RDM endpoint per pair of CQs (a DAT EP's request and receive
+ * EVDs), shared by the DAT endpoints bound to that pair as far as its
+ * queues go: another opens when their depths would pass the provider's. */
 struct rdm_ep {
 	struct rdm_ep *next;
 	struct dfi_cq *txcq, *rxcq;	/* NULL: that one's EVD is gone, */
 	struct rdm_kept_cq *kept;	/* its CQ kept here */
 	struct fid_ep *ep;
 	int refs;
+	size_t tx_used, rx_used;	/* the DAT EPs' queue depths on it */
 	size_t addr_len;
 	uint8_t addr[DFI_RDM_ADDR_MAX];
 };
@@ -108,6 +110,7 @@ struct rdm_fep {
 
 	struct rdm_fabric *rf;
 	struct rdm_ep *rep;
+	size_t tx_need, rx_need;	/* its share of rep's queues */
 	struct rdm_peer *peer_ref;
 	void *ctx;			/* the DAT layer's, for its events */
 	uint32_t id;
