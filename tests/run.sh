@@ -319,6 +319,12 @@ if [ "$scope" = all ] && [ "$variant" = plain ] && [ -x tests/hosts/faults.sh ];
 		partition-streaming partition-idle partition-a-out partition-a-in kill-sender \
 		kill-receiver kill-idle loss-3 flap stop-idle connect-dropped connect-nolink \
 		listener-killed listener-partitioned thousand dtest-noloss dapltest-noloss
+	# and on tcp;ofi_rxm (ofi-host-rxm), whose provider reconnects underneath
+	# and whose endpoints' receive queues 1000 connections once ran out
+	# (rdm/ep.c, rep_fits): a few of the same cases, about 40 s
+	B=$B FAULTS_IA=ofi-host-rxm run hosts_faults-rxm 600 tests/hosts/faults.sh \
+		partition-streaming partition-a-out kill-sender kill-receiver loss-3 \
+		connect-dropped thousand dtest-noloss
 fi
 # A 60 s slice of the soak across the two test hosts (tests/hosts/soak.sh,
 # make soak runs it longer): 256 connections, verified sends, RDMA writes
