@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include <dat2/udat.h>
+#include <dat2/udat_redirection.h>	/* struct dat_provider: send with invalidate */
 
 #include "dat_test.h"
 
@@ -760,6 +761,51 @@ static void test_srq_two_eps_and_skew(void **state)
 	alarm(0);
 }
 
+/* A send with invalidate to an SRQ EP (dat_ep_post_send_with_invalidate,
+ * through the provider's table): the SRQ's buffer takes it, the completion
+ * names the EP and the RMR, and the server's RMR is unbound by then. */
+static void test_srq_send_with_invalidate(void **state)
+{
+	struct pair *p = *state;
+	DAT_PROVIDER *prov = DAT_HANDLE_TO_PROVIDER(p->s.pz);
+	DAT_RMR_COOKIE rck = { .as_64 = 9 };
+	const DAT_DTO_COMPLETION_EVENT_DATA *d;
+	DAT_LMR_TRIPLET t;
+	DAT_RMR_HANDLE rmr;
+	DAT_RMR_CONTEXT rctx = 0;
+	DAT_RMR_PARAM rp;
+	DAT_EVENT ev;
+
+	watchdog(__func__, 60);
+	assert_ok(make_srq(p, 4, 1));
+	assert_ok(srq_post(p, 0));
+	connect_eps(p, NEP);
+	assert_ok(dat_rmr_create(p->s.pz, &rmr));
+	t = seg(&p->s, 8 * SLOT, SLOT);
+	assert_ok(dat_rmr_bind(rmr, p->s.lmr, &t, DAT_MEM_PRIV_REMOTE_WRITE_FLAG, DAT_VA_TYPE_VA,
+			       p->sep[1], rck, DAT_COMPLETION_SUPPRESS_FLAG, &rctx));
+	memset(p->c.buf, 0x5a, 40);
+	t = seg(&p->c, 0, 40);
+	assert_ok(prov->ep_post_send_with_invalidate_func(p->cep[1], 1, &t, ck(1),
+							  DAT_COMPLETION_DEFAULT_FLAG, DAT_TRUE,
+							  rctx));
+	assert_ok(wait_ev(p->s.rcv, 5000, &ev));
+	d = &ev.event_data.dto_completion_event_data;
+	assert_int_equal(ev.event_number, DAT_DTO_COMPLETION_EVENT);
+	assert_int_equal(d->operation, DAT_DTO_RECEIVE_WITH_INVALIDATE);
+	assert_int_equal(d->status, DAT_DTO_SUCCESS);
+	assert_ptr_equal(d->ep_handle, p->sep[1]);
+	assert_int_equal(d->rmr_context, rctx);
+	assert_int_equal(d->transfered_length, 40);
+	assert_int_equal(d->user_cookie.as_64, 0);
+	assert_int_equal(p->s.buf[39], 0x5a);
+	assert_ok(dat_rmr_query(rmr, DAT_RMR_FIELD_ALL, &rp));
+	assert_int_equal(rp.rmr_context, 0);
+	reap_sends(p, 1);
+	assert_ok(dat_rmr_free(rmr));
+	alarm(0);
+}
+
 static int cmp_unsigned(const void *a, const void *b)
 {
 	unsigned x = *(const unsigned *)a, y = *(const unsigned *)b;
@@ -1315,6 +1361,7 @@ int main(int argc, char **argv)
 		TP(test_srq_bad_args),
 		TP(test_srq_ep_query),
 		TP(test_srq_two_eps_and_skew),
+		TP(test_srq_send_with_invalidate),
 		TP(test_srq_dry),
 		cmocka_unit_test_setup_teardown(test_srq_small_recv_evd, pair_setup_small_rcv,
 						pair_teardown),
