@@ -290,6 +290,22 @@ static bool ia_is_rdm(DAT_IA_HANDLE ia)
 		}								\
 	} while (0)
 
+/* libfabric 1.17 shm's own gap (docs/rdm.md, section 6) */
+#define SKIP_ON_SHM(p, why)							\
+	do {									\
+		if (ia_attr_is((p)->s.ia, DAPL_OFI_ATTR_FABRIC, "shm")) {	\
+			print_message("# skipped on shm: %s\n", why);		\
+			skip();							\
+		}								\
+	} while (0)
+
+/* A peer SIGKILLed inside shm 1.17's critical section leaves the spin lock
+ * in its shared region (or in ours) held for good, and the next send to
+ * it, or the next read of ours, spins in the provider for ever (seen
+ * under TSan in test_peer_sigkilled_while_receiving). */
+#define SHM_KILL_GAP "a peer SIGKILLed inside libfabric 1.17 shm's critical section leaves " \
+		     "its shared spin lock held, and the survivor spins in the provider"
+
 #define SKIP_ON_RDM(p, why)							\
 	do {									\
 		if (ia_is_rdm((p)->s.ia)) {					\
@@ -2052,6 +2068,7 @@ static void test_peer_exits_mid_stream(void **state)
 
 static void test_peer_sigkilled_mid_stream(void **state)
 {
+	SKIP_ON_SHM((struct pair *)*state, SHM_KILL_GAP);
 	watchdog(__func__, 60);
 	peer_dies(*state, "stream");
 	alarm(0);
@@ -2095,6 +2112,7 @@ static void test_peer_sigkilled_while_receiving(void **state)
 	pid_t pid;
 	char b[160];
 
+	SKIP_ON_SHM(p, SHM_KILL_GAP);
 	watchdog(__func__, 60);
 	pid = spawn_peer(p->port, "sink");
 	cr = wait_cr(&p->s, p->psp, p->port);
