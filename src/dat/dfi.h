@@ -726,9 +726,11 @@ static inline uint32_t dfi_imm_write_len(uint64_t data)
 	return (uint32_t)((data >> 32) - 1);
 }
 
-/* rmr.c: a peer's send with invalidate took a receive of ia: the RMR bound
- * with context ctx is unbound.  False: none is.  Takes only rmr_lock. */
-bool dfi_rmr_invalidate(struct dfi_ia *ia, DAT_RMR_CONTEXT ctx);
+/* rmr.c: a peer's send with invalidate took a receive of ep (for the log)
+ * on ia: the RMR bound with context ctx is unbound, or, none being bound,
+ * DAT_DTO_ERR_LOCAL_PROTECTION (as IB's).  Takes only rmr_lock. */
+DAT_DTO_COMPLETION_STATUS dfi_rmr_invalidate(struct dfi_ia *ia, const void *ep,
+					     DAT_RMR_CONTEXT ctx);
 
 /* IA limits we report and enforce. */
 #define DFI_MAX_PZS		1024

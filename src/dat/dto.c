@@ -233,11 +233,8 @@ static void dto_event_invalidate(struct dfi_dto *d, const struct dfi_comp *c,
 
 	e->operation = DAT_DTO_RECEIVE_WITH_INVALIDATE;
 	e->rmr_context = ctx;
-	if (c->err || dfi_rmr_invalidate(d->ep->hdr.ia, ctx))
-		return;
-	dfi_warn(DFI_SS_EP, "EP %p: the peer's send with invalidate names RMR context 0x%x, "
-		 "which no RMR of this IA has bound", (void *)d->ep, (unsigned)ctx);
-	e->status = DAT_DTO_ERR_LOCAL_PROTECTION;
+	if (!c->err)
+		e->status = dfi_rmr_invalidate(d->ep->hdr.ia, d->ep, ctx);
 }
 
 /* The IB extension's DTO events (ib.c, docs/ib-extension.md): the

@@ -83,6 +83,32 @@ DAT_RETURN dfi_rmr_create_for_ep(DAT_PZ_HANDLE pzh, DAT_RMR_HANDLE *out)
 					  "%p is not an RMR handle", (void *)(h)); \
 	} while (0)
 
+/* The bound RMR of ia whose key is ctx, or NULL (rmr_lock held). */
+static struct dfi_rmr *rmr_by_context(struct dfi_ia *ia, DAT_RMR_CONTEXT ctx)
+{
+	for (struct dfi_rmr *r = ia->rmrs; r; r = r->next)
+		if (r->mr && r->context == ctx)
+			return r;
+	return NULL;
+}
+
+/* r's binding becomes mr (NULL: unbound) with these: rmr_lock held.
+ * Returns the old registration, for the caller to close unlocked. */
+static struct dfi_mr *rmr_set(struct dfi_rmr *r, struct dfi_mr *mr, DAT_RMR_CONTEXT key,
+			      DAT_MEM_PRIV_FLAGS priv, const DAT_LMR_TRIPLET *t)
+{
+	struct dfi_mr *old = r->mr;
+
+	r->mr = mr;
+	r->context = key;
+	r->priv = mr ? priv : 0;
+	if (mr)
+		r->triplet = *t;
+	else
+		memset(&r->triplet, 0, sizeof(r->triplet));
+	return old;
+}
+
 DAT_RETURN dfi_rmr_query(DAT_RMR_HANDLE h, DAT_RMR_PARAM_MASK mask, DAT_RMR_PARAM *p)
 {
 	struct dfi_rmr *rmr;
@@ -152,15 +178,8 @@ DAT_RETURN dfi_rmr_bind(DAT_RMR_HANDLE h, DAT_LMR_HANDLE lmrh, const DAT_LMR_TRI
 	}
 	/* rebind or unbind: the old registration goes */
 	pthread_mutex_lock(&rmr->hdr.ia->rmr_lock);
-	old = rmr->mr;
-	rmr->mr = mr;
-	rmr->context = key;
-	rmr->priv = mr ? priv : 0;
+	old = rmr_set(rmr, mr, key, priv, t);
 	rmr->va_type = va_type;
-	if (mr)
-		rmr->triplet = *t;
-	else
-		memset(&rmr->triplet, 0, sizeof(rmr->triplet));
 	pthread_mutex_unlock(&rmr->hdr.ia->rmr_lock);
 	dfi_mr_dereg(old);
 	if (ctx)
@@ -207,33 +226,24 @@ DAT_RETURN dfi_rmr_free(DAT_RMR_HANDLE h)
 	return DAT_SUCCESS;
 }
 
-bool dfi_rmr_invalidate(struct dfi_ia *ia, DAT_RMR_CONTEXT ctx)
+DAT_DTO_COMPLETION_STATUS dfi_rmr_invalidate(struct dfi_ia *ia, const void *ep,
+					     DAT_RMR_CONTEXT ctx)
 {
-	struct dfi_mr *mr = NULL;
+	struct dfi_rmr *r;
+	struct dfi_mr *old = NULL;
 
 	pthread_mutex_lock(&ia->rmr_lock);
-	for (struct dfi_rmr *r = ia->rmrs; r; r = r->next)
-		if (r->mr && r->context == ctx) {
-			mr = r->mr;
-			r->mr = NULL;
-			r->context = 0;
-			r->priv = 0;
-			memset(&r->triplet, 0, sizeof(r->triplet));
-			break;
-		}
+	if ((r = rmr_by_context(ia, ctx)))
+		old = rmr_set(r, NULL, 0, 0, NULL);
 	pthread_mutex_unlock(&ia->rmr_lock);
+	if (!old) {
+		dfi_warn(DFI_SS_EP, "EP %p: the peer's send with invalidate names RMR context "
+			 "0x%x, which no RMR of this IA has bound", ep, (unsigned)ctx);
+		return DAT_DTO_ERR_LOCAL_PROTECTION;
+	}
 	/* after it, no access with the key is served (libfabric closes it) */
-	dfi_mr_dereg(mr);
-	return mr != NULL;
-}
-
-/* The bound RMR of ia whose key is ctx, or NULL (rmr_lock held). */
-static struct dfi_rmr *rmr_by_context(struct dfi_ia *ia, DAT_RMR_CONTEXT ctx)
-{
-	for (struct dfi_rmr *r = ia->rmrs; r; r = r->next)
-		if (r->mr && r->context == ctx)
-			return r;
-	return NULL;
+	dfi_mr_dereg(old);
+	return DAT_DTO_SUCCESS;
 }
 
 /* An RDMA read whose local target is named by an RMR of this IA (iWARP's

@@ -737,12 +737,7 @@ int dfi_srq_take_staged(struct dfi_evd *evd, DAT_EVENT *ev, int max)
 			/* a send with invalidate took it (dto.c) */
 			e->operation = DAT_DTO_RECEIVE_WITH_INVALIDATE;
 			e->rmr_context = (DAT_RMR_CONTEXT)d->data;
-			if (!dfi_rmr_invalidate(srq->hdr.ia, e->rmr_context)) {
-				dfi_warn(DFI_SS_EP, "EP %p: the peer's send with invalidate names "
-					 "RMR context 0x%x, which no RMR of this IA has bound",
-					 (void *)d->ep, (unsigned)e->rmr_context);
-				e->status = DAT_DTO_ERR_LOCAL_PROTECTION;
-			}
+			e->status = dfi_rmr_invalidate(srq->hdr.ia, d->ep, e->rmr_context);
 		} else if (d->imm) {
 			/* an RDMA write with immediate data took it (dto.c) */
 			DAT_IB_EXTENSION_EVENT_DATA *x =
