@@ -69,7 +69,7 @@ QUERYINFO_CASES=(case0 case1 case2 case3 case4 case5 case6 case7 case8 case9
 SERVER_CASES=(
 	"T SR 256/1 x2 threads x2 EPs, RR, RW|-T T -i 100 -t 2 -w 2 client SR 256 1 server SR 256 1 client RR 4096 2 client RW 4096 4 server RW 4096 3"
 	"T validate, 4 segments|-T T -i 100 -V client SR 1024 4 server SR 1024 4 client RR 8192 2 server RW 2048 4"
-	"T polling|-T T -i 100 -P client SR 1024 server SR 1024 client RW 4096"
+	"T polling|-T T -i 1000 -P client SR 1024 server SR 1024 client RW 4096"
 	"T RSP|-T T -i 100 -r client SR 1024 server SR 1024"
 	"P RW|-T P -i 100 RW 4096 2"
 	"P RR|-T P -i 100 RR 4096"
