@@ -192,7 +192,7 @@ if [ "$scope" = all ] && [ "$variant" = plain ]; then
 		run stock_dapltest-rdm 900 tests/stock/dapltest.sh
 	[ -x tests/stock/clients.sh ] && B=$B CLIENTS_IA=ofi-net-rdm-lo CLIENTS_IA_RR=ofi-net-rdm-lo \
 		CLIENTS_WRAP="" CLIENTS_CASES="dtest-default dtest-p dtest-c dtest-w dtest-u \
-dtest-pingpong dtestcm-poll dtestcm-w dtestx-query dtestx dtestx-p dtestx-m" \
+dtest-pingpong dtestcm-poll dtestcm-w dtestx-query dtestx dtestx-p dtestx-m dtestx-u" \
 		run stock_clients-rdm 600 tests/stock/clients.sh
 fi
 # The RDM backend on tcp;ofi_rxm (ofi-rxm-lo: RDM over tcp's connected
@@ -200,7 +200,7 @@ fi
 # put back in order by dto.c, and keeps closed endpoints in its CQs' wait
 # sets, rdm/ep.c) and on shm (ofi-shm: shared memory between processes of
 # this host, CQs without a wait fd, polled).  Every suite that takes an IA,
-# in every variant (TSan: CM, streams, order), and the stock programs in
+# in every variant (TSan: CM, streams, order, UD), and the stock programs in
 # the plain one: about 2 minutes in all.
 for rdm in rxm:ofi-rxm-lo shm:ofi-shm; do
 	tag=${rdm%%:*} ia=${rdm#*:}
@@ -211,6 +211,7 @@ for rdm in rxm:ofi-rxm-lo shm:ofi-shm; do
 				'test_stream*'
 			CONN_TEST_IA=$ia run test_api_conn-$tag-order 300 "$B/tests/test_api_conn" \
 				'test_*order*'
+			IB_TEST_IA=$ia run test_api_ib-$tag-ud 300 "$B/tests/test_api_ib" 'test_ud*'
 		elif [ "$scope" = all ]; then
 			CONN_TEST_IA=$ia run test_api_conn-$tag 300 "$B/tests/test_api_conn"
 			IB_TEST_IA=$ia run test_api_ib-$tag 300 "$B/tests/test_api_ib"
@@ -229,7 +230,8 @@ for rdm in rxm:ofi-rxm-lo shm:ofi-shm; do
 		[ -x tests/stock/clients.sh ] && B=$B CLIENTS_IA=$ia CLIENTS_IA_RR=$ia \
 			CLIENTS_IA_ATOMIC=$ia CLIENTS_WRAP="" CLIENTS_CASES="dtest-default dtest-p \
 dtest-c dtest-w dtest-u dtest-rr dtest-pingpong dtest-datacheck dtest-allsizes dtestcm-poll \
-dtestcm-w dtestcm-1000 dtestsrq-nosrq dtestx-query dtestx dtestx-p dtestx-m dtestx-b4096 $atomics" \
+dtestcm-w dtestcm-1000 dtestsrq-nosrq dtestx-query dtestx dtestx-p dtestx-m dtestx-b4096 $atomics \
+dtestx-u dtestx-U4m" \
 			run stock_clients-$tag 600 tests/stock/clients.sh
 	fi
 done

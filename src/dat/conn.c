@@ -454,6 +454,70 @@ static int ep_post_early(struct dfi_ep *ep, struct dfi_fep *fep)
 	return 0;
 }
 
+/* A UD EP's datagram endpoint, opened at its first address resolution
+ * (cm_lock held): its early receives go to it, and the EP is CONNECTED, as
+ * OFA uDAPL's UD EPs once resolved (ud.c). */
+int dfi_ep_open_ud(struct dfi_ep *ep)
+{
+	struct dfi_fep *fep;
+	int rc;
+
+	if (ep->fep)
+		return 0;
+	fep = spare_take(ep);
+	rc = fep ? 0 : ep_open_fep(ep, NULL, &fep);
+	if (rc)
+		return rc;
+	pthread_mutex_lock(&ep->post_lock);
+	rc = ep_post_early(ep, fep);
+	if (!rc) {
+		ep->fep = fep;
+		ep->state = DAT_EP_STATE_CONNECTED;
+	}
+	pthread_mutex_unlock(&ep->post_lock);
+	if (rc)
+		dfi_fep_close(fep);
+	return rc;
+}
+
+/* dat_cr_accept of a request from a UD EP, or with one: both must be. */
+static DAT_RETURN ud_accept(struct dfi_cr *cr, struct dfi_ep *ep, DAT_COUNT plen,
+			    const void *pdata)
+{
+	struct dfi_ia *ia = cr->hdr.ia;
+	struct dfi_sp *gone = NULL;
+	DAT_RETURN rc;
+
+	if (cr->ud != ep->ud)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2),
+				  "CR %p comes from a%s EP: accept it with a%s EP, not EP %p",
+				  (void *)cr, cr->ud ? " UD" : "n RC", cr->ud ? " UD" : "n RC",
+				  (void *)ep);
+	pthread_mutex_lock(&ia->cm_lock);
+	if (ep->hdr.type != DFI_T_EP) {
+		pthread_mutex_unlock(&ia->cm_lock);
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EP),
+				  "EP %p was freed", (void *)ep);
+	}
+	if (!cr->req) {
+		pthread_mutex_unlock(&ia->cm_lock);
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_STATE, 0), "CR %p was answered already",
+				  (void *)cr);
+	}
+	rc = dfi_ud_start(ep, cr->req, &cr->remote, pdata, (size_t)plen, cr->pdata,
+			  (size_t)cr->plen);
+	if (rc == DAT_SUCCESS) {
+		cr->req = NULL;		/* the resolution's now */
+		gone = cr_done(cr);
+	}
+	pthread_mutex_unlock(&ia->cm_lock);
+	if (rc != DAT_SUCCESS)
+		return rc;
+	cr_retire(cr, gone);
+	dfi_cnt_add(&ia->cnt[DCNT_IA_SP_CR_ACCEPTED], 1);
+	return DAT_SUCCESS;
+}
+
 DAT_RETURN dfi_cr_accept(DAT_CR_HANDLE h, DAT_EP_HANDLE eph, DAT_COUNT plen,
 			 const DAT_PVOID pdata)
 {
@@ -487,6 +551,8 @@ DAT_RETURN dfi_cr_accept(DAT_CR_HANDLE h, DAT_EP_HANDLE eph, DAT_COUNT plen,
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3),
 				  "private data size %d (max %d)", plen, DFI_PDATA_MAX);
 	cm_touch(ia);
+	if (cr->ud || ep->ud)
+		return ud_accept(cr, ep, plen, pdata);
 	pthread_mutex_lock(&ia->cm_lock);
 	entry = ep->state;
 	if (ep->hdr.type != DFI_T_EP) {		/* freed meanwhile */
@@ -577,6 +643,16 @@ static DAT_RETURN ep_connect_to(struct dfi_ep *ep, struct sockaddr_in dest, DAT_
 	dest.sin_port = htons((uint16_t)(qual & 0xffff));
 	cm_touch(ia);
 	pthread_mutex_lock(&ia->cm_lock);
+	if (ep->ud) {
+		/* an address resolution (ud.c): DAT's timeout is not
+		 * enforced, the peer's control channel ends a silent one */
+		DAT_RETURN r = dfi_ud_start(ep, NULL, &dest, pdata, (size_t)plen, NULL, 0);
+
+		pthread_mutex_unlock(&ia->cm_lock);
+		if (r == DAT_SUCCESS)
+			dfi_cnt_add(&ia->cnt[DCNT_IA_CM_REQ_TX], 1);
+		return r;
+	}
 	if (ep->state != DAT_EP_STATE_UNCONNECTED || ep->fep) {
 		pthread_mutex_unlock(&ia->cm_lock);
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_STATE, DAT_INVALID_STATE_EP_NOTREADY),
@@ -721,6 +797,8 @@ DAT_RETURN dfi_ep_dup_connect(DAT_EP_HANDLE h, DAT_EP_HANDLE duph, DAT_TIMEOUT t
 	return ep_connect_to(ep, dest, qual, timeout, plen, pdata);
 }
 
+static void ep_lost(struct dfi_ep *ep);
+
 DAT_RETURN dfi_ep_disconnect(DAT_EP_HANDLE h, DAT_CLOSE_FLAGS flags)
 {
 	struct dfi_ep *ep = dfi_obj_get(h, DFI_T_EP);
@@ -740,7 +818,11 @@ DAT_RETURN dfi_ep_disconnect(DAT_EP_HANDLE h, DAT_CLOSE_FLAGS flags)
 	case DAT_EP_STATE_ACTIVE_CONNECTION_PENDING:
 	case DAT_EP_STATE_PASSIVE_CONNECTION_PENDING:
 		dfi_ep_set_state(ep, DAT_EP_STATE_DISCONNECT_PENDING);
-		if (dfi_fep_shutdown(ep->fep)) {
+		if (ep->ud) {
+			/* no connection: its receives complete flushed */
+			ep_lost(ep);
+			self_report = true;
+		} else if (dfi_fep_shutdown(ep->fep)) {
 			/* no local FI_SHUTDOWN will come: report it ourselves */
 			dfi_ep_set_state(ep, DAT_EP_STATE_DISCONNECTED);
 			self_report = true;
@@ -860,6 +942,8 @@ void dfi_ep_close_fep(struct dfi_ep *ep)
 	struct dfi_fep *fep;
 
 	pthread_mutex_lock(&ia->cm_lock);
+	if (ep->ud)
+		dfi_ud_ep_release(ep);
 	dfi_ep_drop_spare(ep);
 	pthread_mutex_lock(&ep->post_lock);	/* no post is using it any more */
 	fep = ep->fep;
@@ -971,6 +1055,11 @@ static void cr_event(struct dfi_ia *ia, struct dfi_cr *cr, struct cm_post *p)
 	dfi_cnt_add(&sp->cr_evd->cnt[DCNT_EVD_CONN_CALLBACK], 1);
 	memset(&p->ev, 0, sizeof(p->ev));
 	p->ev.event_number = DAT_CONNECTION_REQUEST_EVENT;
+	if (cr->ud) {
+		((DAT_IB_EXTENSION_EVENT_DATA *)p->ev.event_extension_data)->type =
+			DAT_IB_UD_CONNECT_REQUEST;
+		p->ev.event_number = (DAT_EVENT_NUMBER)DAT_IB_UD_CONNECTION_REQUEST_EVENT;
+	}
 	p->ev.event_data.cr_arrival_event_data.sp_handle.psp_handle = sp;
 	p->ev.event_data.cr_arrival_event_data.local_ia_address_ptr =
 		(DAT_IA_ADDRESS_PTR)&ia->addr;
@@ -997,6 +1086,7 @@ static void handle_connreq(struct dfi_ia *ia, struct dfi_sp *sp, struct dfi_cm_e
 		return;
 	}
 	cr->plen = (DAT_COUNT)e->plen;
+	cr->ud = e->ud;
 	memcpy(cr->pdata, e->pdata, e->plen);
 	dfi_connreq_peer(ia->eq, e->req, &cr->remote);
 	if (cr->ep)
@@ -1063,6 +1153,17 @@ static void translate(struct dfi_ia *ia, struct dfi_cm_event *e, struct cm_post 
 			handle_connreq(ia, (struct dfi_sp *)o, e, p);
 		else
 			dfi_connreq_free(ia->eq, e->req);
+		return;
+	}
+	if (o && o->type == DFI_T_UD_CM) {
+		struct dfi_evd *evd = dfi_ud_event(ia, e, &p->ev);
+
+		if (evd)
+			p->q = &evd->q;		/* held */
+		return;
+	}
+	if (e->type == DFI_CM_UD_RESOLVED) {
+		dfi_ah_free(e->ah);	/* its resolution was freed */
 		return;
 	}
 	ep = dfi_obj_get(o, DFI_T_EP);

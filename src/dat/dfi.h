@@ -53,6 +53,8 @@ enum dfi_type {
 	DFI_T_SRQ  = 0x0fd1000b,
 	DFI_T_CSP  = 0x0fd1000c,
 	DFI_T_SP_GONE = 0x0fd1000d,	/* a freed PSP/RSP kept for its CRs */
+	DFI_T_UD_CM = 0x0fd1000e,	/* a UD address resolution (ud.c) */
+	DFI_T_AH   = 0x0fd1000f,	/* a UD address handle (ud.c) */
 };
 
 struct dfi_ia;
@@ -91,6 +93,9 @@ struct dfi_ia {
 	 * lock: a leaf lock of their own (rmr.c) */
 	pthread_mutex_t rmr_lock;
 	struct dfi_rmr *rmrs;
+	/* the UD address handles: read-held by a UD send (then post_lock),
+	 * write-held by a free, under cm_lock or none (ud.c) */
+	pthread_rwlock_t ud_lock;
 	int n_ep;			/* EPs, provider-created ones too: max_eps */
 	DAT_NAMED_ATTR prov_attr[10];
 	int n_prov_attr;
@@ -161,6 +166,7 @@ struct dfi_dto {
 	DAT_SEG_LENGTH len;
 	DAT_DTOS op;
 	bool suppress;			/* no event, the slot is freed */
+	bool ud;			/* a UD EP's (ud.c) */
 	int next;			/* free list */
 	unsigned seq;			/* its place among its pool's posts (ordered pools) */
 };
@@ -306,6 +312,35 @@ struct dfi_ep {
 					 * for an EP without SRQ: only stored) */
 	bool soft_armed;		/* the soft one may fire once (srq lock) */
 	_Atomic uint64_t cnt[DCNT_EP_ALL_COUNTERS];	/* the IB extension's (ib.c) */
+
+	/* A UD EP (the IB extension's DAT_IB_SERVICE_TYPE_UD; ud.c): fep is
+	 * its datagram endpoint, opened at its first address resolution */
+	bool ud;
+	struct dfi_ud_cm *ud_cms;	/* its resolutions, until freed (cm_lock) */
+	struct dfi_ud_ah *ud_ahs;	/* the handles they gave (ud_lock) */
+};
+
+/* A UD address resolution of ep (ud.c): the DAT_CONTEXT of its
+ * DAT_IB_UD_CONNECTION_EVENT_ESTABLISHED, kept until dat_ib_ud_cm_free or
+ * the EP's free, with the private data the event points at. */
+struct dfi_ud_cm {
+	struct dfi_obj hdr;
+	struct dfi_ep *ep;
+	struct dfi_fep *hs;		/* the handshake, until its event */
+	struct dfi_ud_cm *next;
+	struct sockaddr_in peer;
+	bool passive;
+	DAT_COUNT plen;
+	uint8_t pdata[256];
+};
+
+/* A UD address handle (DAT_IB_ADDR_HANDLE's ah): the peer's endpoint, kept
+ * until dat_ib_ud_ah_free or the free of the EP that resolved it. */
+struct dfi_ud_ah {
+	struct dfi_obj hdr;
+	struct dfi_ep *ep;
+	struct dfi_ah *ah;
+	struct dfi_ud_ah *next;
 };
 
 /* A public (PSP), reserved (RSP) or common (CSP) service point: a
@@ -335,6 +370,7 @@ struct dfi_cr {
 	struct dfi_ep *ep;		/* the provider-created EP, or NULL (cm_lock) */
 	void *req;
 	struct sockaddr_in remote;
+	bool ud;			/* from a UD EP: a UD EP accepts it (ud.c) */
 	DAT_COUNT plen;
 	uint8_t pdata[256];
 };
@@ -731,6 +767,32 @@ static inline uint32_t dfi_imm_write_len(uint64_t data)
  * DAT_DTO_ERR_LOCAL_PROTECTION (as IB's).  Takes only rmr_lock. */
 DAT_DTO_COMPLETION_STATUS dfi_rmr_invalidate(struct dfi_ia *ia, const void *ep,
 					     DAT_RMR_CONTEXT ctx);
+
+/* ud.c: the IB extension's UD endpoints (docs/ib-extension.md).  A UD
+ * receive leaves its first DFI_UD_GRH bytes to IB's global route header,
+ * as IB's does: the message lands after them, and counts them. */
+#define DFI_UD_GRH	40
+/* cm_lock held: an address resolution of UD EP ep with a peer, as a connect
+ * (req NULL) to peer or the accept of req from peer (whose private data
+ * the passive event carries). */
+DAT_RETURN dfi_ud_start(struct dfi_ep *ep, void *req, const struct sockaddr_in *peer,
+			const void *pdata, size_t plen, const void *req_pdata, size_t req_plen);
+/* cm_lock held: a CM event of a resolution as its DAT event into *ev; the
+ * connection EVD to post it on (held), or NULL: nothing to post. */
+struct dfi_evd *dfi_ud_event(struct dfi_ia *ia, struct dfi_cm_event *e, DAT_EVENT *ev);
+/* cm_lock held: the EP's resolutions and address handles go, before its
+ * endpoint (dat_ep_free, dat_ep_reset). */
+void dfi_ud_ep_release(struct dfi_ep *ep);
+DAT_RETURN dfi_ud_cm_free(DAT_EP_HANDLE ep, DAT_CONTEXT cm);
+DAT_RETURN dfi_ud_ah_free(DAT_EP_HANDLE ep, const DAT_IB_ADDR_HANDLE *ah);
+/* ud_lock held (read): h's backend handle, if h is one of ia's; or NULL. */
+struct dfi_ah *dfi_ud_ah_get(struct dfi_ia *ia, const DAT_IB_ADDR_HANDLE *h);
+/* dto.c */
+DAT_RETURN dfi_ep_post_send_ud(DAT_EP_HANDLE ep, DAT_COUNT n, DAT_LMR_TRIPLET *iov,
+			       const DAT_IB_ADDR_HANDLE *ah, DAT_DTO_COOKIE cookie,
+			       DAT_COMPLETION_FLAGS flags);
+/* conn.c: cm_lock held; ep's datagram endpoint, opened if it has none */
+int dfi_ep_open_ud(struct dfi_ep *ep);
 
 /* IA limits we report and enforce. */
 #define DFI_MAX_PZS		1024

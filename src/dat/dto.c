@@ -185,6 +185,7 @@ DAT_DTO_COMPLETION_STATUS dfi_dto_status(int err)
 }
 
 static void dto_event_ib(struct dfi_dto *d, const struct dfi_comp *c, DAT_EVENT *ev);
+static void dto_event_ud(struct dfi_dto *d, const struct dfi_comp *c, DAT_EVENT *ev);
 static void dto_event_invalidate(struct dfi_dto *d, const struct dfi_comp *c,
 				 DAT_DTO_COMPLETION_EVENT_DATA *e);
 
@@ -213,10 +214,12 @@ DFI_HOT static void dto_event(struct dfi_dto *d, const struct dfi_comp *c, DAT_E
 		dfi_cnt_add_1w(&d->ep->cnt[DCNT_EP_RECV], 1);
 		dfi_cnt_add_1w(&d->ep->cnt[DCNT_EP_RECV_DATA], c->len);
 	}
-	if (__builtin_expect(c->imm || d->op >= DAT_DTO_EXTENSION_BASE, 0)) {
+	if (__builtin_expect(c->imm || d->op >= DAT_DTO_EXTENSION_BASE || d->ud, 0)) {
 		/* (sockets reports the remote CQ data flag on the send's
 		 * completion too: only a receive's means anything) */
-		if (d->op == DAT_DTO_RECEIVE && c->imm && dfi_imm_invalidates(c->data))
+		if (d->ud)
+			dto_event_ud(d, c, ev);
+		else if (d->op == DAT_DTO_RECEIVE && c->imm && dfi_imm_invalidates(c->data))
 			dto_event_invalidate(d, c, e);
 		else if (d->op == DAT_DTO_RECEIVE || d->op >= DAT_DTO_EXTENSION_BASE)
 			dto_event_ib(d, c, ev);
@@ -265,6 +268,31 @@ static void dto_event_ib(struct dfi_dto *d, const struct dfi_comp *c, DAT_EVENT 
 			  DAT_IB_RDMA_WRITE_IMMED;
 	}
 	x->context.as_64 = d->cookie.as_64;
+}
+
+/* A UD EP's completions (ud.c): the IB extension's UD send and receive,
+ * the receive counting the global route header's room before the data. */
+static void dto_event_ud(struct dfi_dto *d, const struct dfi_comp *c, DAT_EVENT *ev)
+{
+	DAT_DTO_COMPLETION_EVENT_DATA *e = &ev->event_data.dto_completion_event_data;
+	DAT_IB_EXTENSION_EVENT_DATA *x = (DAT_IB_EXTENSION_EVENT_DATA *)ev->event_extension_data;
+
+	memset(x, 0, sizeof(*x));
+	ev->event_number = (DAT_EVENT_NUMBER)DAT_IB_DTO_EVENT;
+	x->status = c->err ? DAT_IB_OP_ERR : DAT_OP_SUCCESS;
+	x->context.as_64 = d->cookie.as_64;
+	if (d->op == DAT_DTO_RECEIVE) {
+		e->operation = (DAT_DTOS)DAT_IB_DTO_RECV_UD;
+		x->type = DAT_IB_UD_RECV;
+		if (!c->err) {
+			e->transfered_length = (DAT_SEG_LENGTH)c->len + DFI_UD_GRH;
+			dfi_cnt_add(&d->ep->cnt[DCNT_EP_RECV_UD], 1);
+			dfi_cnt_add(&d->ep->cnt[DCNT_EP_RECV_UD_DATA], c->len);
+		}
+	} else {
+		e->operation = (DAT_DTOS)DAT_IB_DTO_SEND_UD;
+		x->type = DAT_IB_UD_SEND;
+	}
 }
 
 /* Whether a completion becomes an event: a suppressed success frees its
@@ -579,7 +607,8 @@ DFI_HOT static void cq_consumed(void *ctx, const DAT_EVENT *ev)
 		return;
 	bool recv = e->operation == DAT_DTO_RECEIVE ||
 		    e->operation == DAT_DTO_RECEIVE_WITH_INVALIDATE ||
-		    e->operation == (DAT_DTOS)DAT_IB_DTO_RECV_IMMED;
+		    e->operation == (DAT_DTOS)DAT_IB_DTO_RECV_IMMED ||
+		    e->operation == (DAT_DTOS)DAT_IB_DTO_RECV_UD;
 
 	if (recv && ep->srq) {
 		dfi_srq_consumed(ep);	/* the slot was the SRQ's */
@@ -986,6 +1015,19 @@ POST_INLINE DAT_RETURN post_locked(struct dfi_ep *ep, DAT_COUNT nseg, DAT_LMR_TR
 		total += iov[i].segment_length;
 		n++;
 	}
+	if (__builtin_expect(ep->ud, 0)) {
+		if (kind != POST_RECV)
+			return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG1),
+					  "EP %p is a UD EP: it sends with dat_ib_post_send_ud, "
+					  "and has no RDMA", (void *)ep);
+		/* the message lands after the GRH's room, as on IB */
+		if (!n || sg[0].len < DFI_UD_GRH)
+			return DFI_REJECT(DFI_ERR(DAT_LENGTH_ERROR, 0),
+					  "UD EP %p: a receive's first segment must hold the "
+					  "%d-byte global route header", (void *)ep, DFI_UD_GRH);
+		sg[0].addr = (char *)sg[0].addr + DFI_UD_GRH;
+		sg[0].len -= DFI_UD_GRH;
+	}
 	if (kind == POST_WRITE_IMM && total >= UINT32_MAX)
 		return DFI_REJECT(DFI_ERR(DAT_LENGTH_ERROR, 0),
 				  "EP %p: RDMA write with immediate data of %llu bytes: at most "
@@ -1000,6 +1042,7 @@ POST_INLINE DAT_RETURN post_locked(struct dfi_ep *ep, DAT_COUNT nseg, DAT_LMR_TR
 	d->ep = ep;
 	d->cookie = cookie;
 	d->len = (DAT_SEG_LENGTH)total;
+	d->ud = ep->ud;
 	d->op = kind == POST_SEND || kind == POST_SEND_INV ? DAT_DTO_SEND :
 		kind == POST_RECV ? DAT_DTO_RECEIVE :
 		kind == POST_WRITE ? DAT_DTO_RDMA_WRITE : kind == POST_READ ? DAT_DTO_RDMA_READ :
@@ -1246,6 +1289,7 @@ DAT_RETURN dfi_ep_post_atomic(DAT_EP_HANDLE h, bool cswap, DAT_UINT64 compare, D
 	d->ep = ep;
 	d->cookie = cookie;
 	d->len = 8;
+	d->ud = false;
 	d->op = (DAT_DTOS)(cswap ? DAT_IB_DTO_CMP_SWAP : DAT_IB_DTO_FETCH_ADD);
 	d->suppress = (flags & DAT_COMPLETION_SUPPRESS_FLAG) ||
 		      ((flags & DAT_COMPLETION_UNSIGNALLED_FLAG) &&
@@ -1271,6 +1315,103 @@ DAT_RETURN dfi_ep_post_atomic(DAT_EP_HANDLE h, bool cswap, DAT_UINT64 compare, D
 	dfi_cnt_add_1w(&ep->cnt[cswap ? DCNT_EP_POST_CMP_SWAP : DCNT_EP_POST_FETCH_ADD], 1);
 out:
 	pthread_mutex_unlock(&ep->post_lock);
+	if (rc == DAT_SUCCESS && ep->req_evd)
+		dfi_evq_touch(&ep->req_evd->q);
+	return rc;
+}
+
+/* dat_ib_post_send_ud: a send of a UD EP to the peer UD EP an address
+ * handle names (ud.c), whose receive it takes as a connection's send
+ * would; never injected, and no fence applies (a UD EP has no RDMA). */
+DAT_RETURN dfi_ep_post_send_ud(DAT_EP_HANDLE h, DAT_COUNT nseg, DAT_LMR_TRIPLET *iov,
+			       const DAT_IB_ADDR_HANDLE *ah, DAT_DTO_COOKIE cookie,
+			       DAT_COMPLETION_FLAGS flags)
+{
+	struct dfi_ep *ep = dfi_obj_get(h, DFI_T_EP);
+	struct dfi_sge sg[DFI_MAX_SGE];
+	struct dfi_dto_pool *pool;
+	struct dfi_ah *fah;
+	struct dfi_dto *d;
+	DAT_VLEN total = 0;
+	DAT_RETURN rc = DAT_SUCCESS;
+	int i, n = 0, err;
+
+	if (!ep)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EP),
+				  "%p is not an EP handle", (void *)h);
+	if (!ep->ud)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EP),
+				  "UD send: EP %p is not a UD EP (DAT_IB_SERVICE_TYPE_UD)",
+				  (void *)ep);
+	if (nseg < 0 || nseg > ep->attr.max_request_iov)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2),
+				  "EP %p: %d segments, the EP allows %d", (void *)ep, nseg,
+				  ep->attr.max_request_iov);
+	if (nseg > 0 && !iov)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3),
+				  "EP %p: segment list is NULL", (void *)ep);
+	for (i = 0; i < nseg; i++) {
+		if (!iov[i].segment_length)
+			continue;
+		sg[n].addr = (void *)(uintptr_t)iov[i].virtual_address;
+		sg[n].len = iov[i].segment_length;
+		sg[n].mr = NULL;
+		total += iov[i].segment_length;
+		n++;
+	}
+	if (total > (DAT_VLEN)ep->attr.max_message_size)
+		return DFI_REJECT(DFI_ERR(DAT_LENGTH_ERROR, 0),
+				  "UD EP %p: %llu bytes, above its max_message_size %llu", (void *)ep,
+				  (unsigned long long)total,
+				  (unsigned long long)ep->attr.max_message_size);
+	pthread_rwlock_rdlock(&ep->hdr.ia->ud_lock);
+	fah = dfi_ud_ah_get(ep->hdr.ia, ah);
+	if (!fah) {
+		pthread_rwlock_unlock(&ep->hdr.ia->ud_lock);
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG4),
+				  "UD EP %p: %p is not an address handle of this IA (freed, or "
+				  "never given by a UD connection event)", (void *)ep,
+				  ah ? (void *)ah->ah : NULL);
+	}
+	pthread_mutex_lock(&ep->post_lock);
+	pool = ep->sendq;
+	if (!ep->fep || ep->state != DAT_EP_STATE_CONNECTED) {
+		rc = DFI_REJECT(DFI_ERR(DAT_INVALID_STATE, DAT_INVALID_STATE_EP_NOTREADY),
+				"UD EP %p: no address resolved yet, or disconnected", (void *)ep);
+		goto out;
+	}
+	i = dto_get(pool);
+	if (i < 0) {
+		rc = DFI_REJECT(DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_TEP),
+				"EP %p: request queue full (%d)", (void *)ep, pool->n);
+		goto out;
+	}
+	d = &pool->d[i];
+	d->ep = ep;
+	d->cookie = cookie;
+	d->len = (DAT_SEG_LENGTH)total;
+	d->ud = true;
+	d->op = DAT_DTO_SEND;
+	d->suppress = (flags & DAT_COMPLETION_SUPPRESS_FLAG) ||
+		      ((flags & DAT_COMPLETION_UNSIGNALLED_FLAG) &&
+		       (ep->attr.request_completion_flags & DAT_COMPLETION_UNSIGNALLED_FLAG));
+	dfi_dto_order_take(d);
+	err = dfi_post_send_ud(ep->fep, fah, sg, n, d);
+	if (err) {
+		dfi_dto_order_untake(d);
+		dto_put(pool, i);
+		rc = err == -EAGAIN ?
+		     DFI_REJECT(DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_TEP),
+				"EP %p: libfabric queue full", (void *)ep) :
+		     DFI_REJECT(DFI_ERR(DAT_INTERNAL_ERROR, 0), "UD EP %p: send: %s", (void *)ep,
+				strerror(-err));
+		goto out;
+	}
+	dfi_cnt_add_1w(&ep->cnt[DCNT_EP_POST_SEND_UD], 1);
+	dfi_cnt_add_1w(&ep->cnt[DCNT_EP_POST_SEND_UD_DATA], total);
+out:
+	pthread_mutex_unlock(&ep->post_lock);
+	pthread_rwlock_unlock(&ep->hdr.ia->ud_lock);
 	if (rc == DAT_SUCCESS && ep->req_evd)
 		dfi_evq_touch(&ep->req_evd->q);
 	return rc;

@@ -24,13 +24,16 @@ static DAT_RETURN ep_attr_resolve(struct dfi_ia *ia, const DAT_EP_ATTR *in, DAT_
 	memset(a, 0, sizeof(*a));
 	if (in)
 		*a = *in;
-	if (a->service_type == (DAT_SERVICE_TYPE)DAT_IB_SERVICE_TYPE_UD)
-		return DFI_REJECT(DFI_ERR(DAT_NOT_IMPLEMENTED, 0),
-				  "EP service type DAT_IB_SERVICE_TYPE_UD: the IB extension's UD "
-				  "endpoints are not implemented (dapl-ofi(7))");
-	if (a->service_type != DAT_SERVICE_TYPE_RC)
+	if (a->service_type == (DAT_SERVICE_TYPE)DAT_IB_SERVICE_TYPE_UD && !l->ud)
+		return DFI_REJECT(DFI_ERR(DAT_MODEL_NOT_SUPPORTED, 0),
+				  "EP service type DAT_IB_SERVICE_TYPE_UD: served on reliable-"
+				  "datagram IAs only (ia_params ep=rdm; this IA's libfabric %s has "
+				  "connected endpoints: dapl-ofi(7))", l->prov_name);
+	if (a->service_type != DAT_SERVICE_TYPE_RC &&
+	    a->service_type != (DAT_SERVICE_TYPE)DAT_IB_SERVICE_TYPE_UD)
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG6),
-				  "EP service type %d: only DAT_SERVICE_TYPE_RC", (int)a->service_type);
+				  "EP service type %d: only DAT_SERVICE_TYPE_RC and the IB "
+				  "extension's DAT_IB_SERVICE_TYPE_UD", (int)a->service_type);
 	if (!a->max_message_size)
 		a->max_message_size = max_msg;
 	/* max_rdma_size is not enforced per operation: dtest asks for 64 KiB
@@ -200,6 +203,9 @@ static DAT_RETURN ep_create(DAT_IA_HANDLE h, DAT_PZ_HANDLE pzh, DAT_EVD_HANDLE r
 	if (rc != DAT_SUCCESS)
 		return srq && DAT_GET_SUBTYPE(rc) == DAT_INVALID_ARG6 ?
 		       DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG7) : rc;
+	if (srq && a.service_type == (DAT_SERVICE_TYPE)DAT_IB_SERVICE_TYPE_UD)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG7),
+				  "a UD EP takes no SRQ");
 	if (srq) {
 		/* an SRQ EP takes no receives of its own (max_recv_iov is
 		 * ignored, max_recv_dtos only reported); zero means "default"
@@ -231,6 +237,7 @@ static DAT_RETURN ep_create(DAT_IA_HANDLE h, DAT_PZ_HANDLE pzh, DAT_EVD_HANDLE r
 	ep->req_evd = req;
 	ep->conn_evd = conn;
 	ep->attr = a;
+	ep->ud = a.service_type == (DAT_SERVICE_TYPE)DAT_IB_SERVICE_TYPE_UD;
 	ep->state = DAT_EP_STATE_UNCONNECTED;
 	if (dfi_param_int(DFI_P_INJECT))
 		ep->inject_max = (uint32_t)dfi_fabric_limits(ia->fab)->inject_size;
@@ -574,6 +581,7 @@ DAT_RETURN dfi_ep_modify(DAT_EP_HANDLE h, DAT_EP_PARAM_MASK mask, const DAT_EP_P
 		ep->req_evd = req;
 		ep->conn_evd = conn;
 		ep->attr = a;
+		ep->ud = a.service_type == (DAT_SERVICE_TYPE)DAT_IB_SERVICE_TYPE_UD;
 		ep_refs(ep, +1);
 		if (sendq) {
 			struct dfi_dto_pool *old = ep->sendq;

@@ -70,6 +70,7 @@ DAT_RETURN dfi_ia_open(const DAT_NAME_PTR name, DAT_COUNT async_qlen,
 	ia->prov = p;
 	pthread_mutex_init(&ia->lock, NULL);
 	pthread_mutex_init(&ia->rmr_lock, NULL);
+	pthread_rwlock_init(&ia->ud_lock, NULL);
 	pthread_mutex_init(&ia->cm_lock, NULL);
 	pthread_mutex_init(&ia->eq_lock, NULL);
 	pthread_cond_init(&ia->batch_done, NULL);
@@ -136,6 +137,8 @@ DAT_RETURN dfi_ia_open(const DAT_NAME_PTR name, DAT_COUNT async_qlen,
 	ia->prov_attr[6] = (DAT_NAMED_ATTR){ DAPL_OFI_ATTR_ENDPOINT,
 					     dfi_fabric_limits(ia->fab)->rdm ? "rdm" : "msg" };
 	ia->n_prov_attr = 7;
+	if (dfi_fabric_limits(ia->fab)->ud)	/* RDM IAs only (ud.c) */
+		ia->prov_attr[ia->n_prov_attr++] = (DAT_NAMED_ATTR){ DAT_IB_ATTR_UD, "TRUE" };
 	if (dfi_fabric_limits(ia->fab)->atomic) {	/* native only: absent on tcp */
 		ia->prov_attr[ia->n_prov_attr++] =
 			(DAT_NAMED_ATTR){ DAT_IB_ATTR_FETCH_AND_ADD, "TRUE" };
@@ -157,6 +160,7 @@ err_ia:
 	pthread_mutex_destroy(&ia->cm_lock);
 	pthread_mutex_destroy(&ia->lock);
 	pthread_mutex_destroy(&ia->rmr_lock);
+	pthread_rwlock_destroy(&ia->ud_lock);
 	dfi_obj_retire(ia);
 	return rc;
 }
@@ -377,6 +381,7 @@ DAT_RETURN dfi_ia_close(DAT_IA_HANDLE h, DAT_CLOSE_FLAGS flags)
 	pthread_mutex_destroy(&ia->cm_lock);
 	pthread_mutex_destroy(&ia->lock);
 	pthread_mutex_destroy(&ia->rmr_lock);
+	pthread_rwlock_destroy(&ia->ud_lock);
 	dfi_obj_retire(ia);
 	return DAT_SUCCESS;
 }

@@ -3,10 +3,11 @@
  * header): the ops a consumer reaches through dat_extension_op when
  * dat_ia_query says extension_supported == DAT_EXTENSION_IB.
  *
- * Served: RDMA write with immediate data (dto.c, post_write_imm), the
+ * Served: RDMA write with immediate data (dto.c, post_write_imm), native
+ * atomics where the provider has them, UD endpoints on RDM IAs (ud.c), the
  * counters of IAs, EPs and EVDs (counted where things happen), and the
  * open/close query by IA name.  Refused with DAT_NOT_IMPLEMENTED and a log
- * line: the atomics, UD endpoints and the collectives (dapl-ofi(7)).
+ * line: emulated atomics and the collectives (dapl-ofi(7)).
  * docs/ib-extension.md says how and why.
  */
 #include "dfi.h"
@@ -221,6 +222,19 @@ DAT_RETURN dfi_ib_extension(DAT_HANDLE h, DAT_EXTENDED_OP op, va_list args)
 		return dfi_ep_post_atomic(h, cswap, cswap ? a : 0, cswap ? b : a, l, cookie, r,
 					  flags);
 	}
+	case DAT_IB_UD_SEND_OP: {
+		DAT_COUNT n = va_arg(args, DAT_COUNT);
+		DAT_LMR_TRIPLET *iov = va_arg(args, DAT_LMR_TRIPLET *);
+		const DAT_IB_ADDR_HANDLE *ah = va_arg(args, const DAT_IB_ADDR_HANDLE *);
+		DAT_DTO_COOKIE cookie = va_arg(args, DAT_DTO_COOKIE);
+		DAT_COMPLETION_FLAGS flags = va_arg(args, DAT_COMPLETION_FLAGS);
+
+		return dfi_ep_post_send_ud(h, n, iov, ah, cookie, flags);
+	}
+	case DAT_IB_UD_CM_FREE_OP:
+		return dfi_ud_cm_free(h, va_arg(args, DAT_CONTEXT));
+	case DAT_IB_UD_AH_FREE_OP:
+		return dfi_ud_ah_free(h, va_arg(args, const DAT_IB_ADDR_HANDLE *));
 	case DAT_IB_OPEN_QUERY_OP:
 		return open_query((const char *)h, args);
 	case DAT_IB_CLOSE_QUERY_OP:

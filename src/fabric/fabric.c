@@ -263,3 +263,33 @@ int dfi_post_atomic(struct dfi_fep *fep, enum dfi_atomic_op op, const uint64_t *
 	return fep->be->post_atomic(fep, op, operand, compare, result, result_mr, raddr, rkey,
 				    ctx);
 }
+
+int dfi_ud_connect(struct dfi_fep *ud, const struct sockaddr_in *dest, const void *pdata,
+		   size_t plen, void *ctx, struct dfi_fep **hs)
+{
+	if (!ud->be->ud_connect)
+		return -ENOSYS;
+	return ud->be->ud_connect(ud, dest, pdata, plen, ctx, hs);
+}
+
+int dfi_ud_accept(struct dfi_fep *ud, void *req, const void *pdata, size_t plen, void *ctx,
+		  struct dfi_fep **hs)
+{
+	if (!ud->be->ud_accept)
+		return -ENOSYS;
+	return ud->be->ud_accept(ud, req, pdata, plen, ctx, hs);
+}
+
+int dfi_post_send_ud(struct dfi_fep *ud, const struct dfi_ah *ah, const struct dfi_sge *sg,
+		     int n, void *ctx)
+{
+	if (ah->be != ud->be)
+		return -EINVAL;
+	return ud->be->post_send_ud(ud, ah, sg, n, ctx);
+}
+
+void dfi_ah_free(struct dfi_ah *ah)
+{
+	if (ah)
+		ah->be->ah_free(ah);
+}

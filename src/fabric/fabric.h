@@ -32,6 +32,7 @@ struct dfi_fabric_limits {
 	size_t cq_data_size;		/* bytes of remote CQ data a post may carry */
 	bool atomic;			/* FI_ATOMIC: dfi_post_atomic works */
 	bool rdm;			/* the RDM backend serves it (docs/rdm.md) */
+	bool ud;			/* dfi_ud_connect and the rest work */
 	/* an endpoint's completions of one queue may come out of posted
 	 * order (RDM providers: tcp;ofi_rxm completes a large message after a
 	 * small one behind it); the DAT layer puts them back (dto.c) */
@@ -98,6 +99,7 @@ enum dfi_cm_type {
 	DFI_CM_CONNECTED,	/* ctx = the endpoint's */
 	DFI_CM_SHUTDOWN,	/* ctx = the endpoint's */
 	DFI_CM_ERROR,		/* ctx = endpoint or listener; err = errno */
+	DFI_CM_UD_RESOLVED,	/* ctx = the UD handshake's; ah, qpn set */
 };
 
 struct dfi_cm_event {
@@ -105,6 +107,9 @@ struct dfi_cm_event {
 	void *ctx;
 	void *req;		/* CONNREQ: opaque request, for accept/reject */
 	int err;		/* ERROR: positive errno (ECONNREFUSED: rejected) */
+	bool ud;		/* CONNREQ: from a UD endpoint (dfi_ud_accept it) */
+	struct dfi_ah *ah;	/* UD_RESOLVED: the peer's, now the caller's */
+	uint32_t qpn;		/* UD_RESOLVED: the peer endpoint's number */
 	size_t plen;
 	uint8_t pdata[DFI_PDATA_MAX];
 };
@@ -252,5 +257,26 @@ int dfi_post_atomic(struct dfi_fep *fep, enum dfi_atomic_op op, const uint64_t *
 		    uint64_t raddr, uint32_t rkey, void *ctx);
 int dfi_post_read(struct dfi_fep *fep, const struct dfi_sge *sg, int n, uint64_t raddr,
 		  uint32_t rkey, void *ctx);
+
+/* ------------------------------------------------ unreliable datagrams
+ * The IB extension's UD endpoints, where the limits say ud (the RDM
+ * backend): an endpoint from dfi_fep_open, never connected, sends to
+ * address handles, each resolved by a handshake with a peer's UD endpoint
+ * over the CM: a connect to the peer's listener, or the accept of a
+ * CONNREQ with ud set.  A handshake reports once, with its ctx:
+ * DFI_CM_UD_RESOLVED (the peer's address handle; the accepting side's
+ * private data on the connecting side) or DFI_CM_ERROR (ECONNREFUSED:
+ * rejected).  *hs is closed with dfi_fep_close, reported or not; ud
+ * outlives its handshakes.  Messages travel as the endpoint's own sends
+ * (reliable, in order), and land in the peer's posted receives. */
+struct dfi_ah;
+int dfi_ud_connect(struct dfi_fep *ud, const struct sockaddr_in *dest, const void *pdata,
+		   size_t plen, void *ctx, struct dfi_fep **hs);
+int dfi_ud_accept(struct dfi_fep *ud, void *req, const void *pdata, size_t plen, void *ctx,
+		  struct dfi_fep **hs);
+/* A send from ud to ah's endpoint; -EAGAIN: queue full. */
+int dfi_post_send_ud(struct dfi_fep *ud, const struct dfi_ah *ah, const struct dfi_sge *sg,
+		     int n, void *ctx);
+void dfi_ah_free(struct dfi_ah *ah);
 
 #endif

@@ -84,6 +84,15 @@ struct dfi_backend {
 	int (*post_atomic)(struct dfi_fep *fep, enum dfi_atomic_op op, const uint64_t *operand,
 			   const uint64_t *compare, uint64_t *result, struct dfi_mr *result_mr,
 			   uint64_t raddr, uint32_t rkey, void *ctx);
+
+	/* unreliable datagrams (NULL: not served) */
+	int (*ud_connect)(struct dfi_fep *ud, const struct sockaddr_in *dest, const void *pdata,
+			  size_t plen, void *ctx, struct dfi_fep **hs);
+	int (*ud_accept)(struct dfi_fep *ud, void *req, const void *pdata, size_t plen, void *ctx,
+			 struct dfi_fep **hs);
+	int (*post_send_ud)(struct dfi_fep *ud, const struct dfi_ah *ah, const struct dfi_sge *sg,
+			    int n, void *ctx);
+	void (*ah_free)(struct dfi_ah *ah);
 };
 
 extern const struct dfi_backend dfi_msg_backend;
@@ -94,6 +103,7 @@ struct dfi_eq { const struct dfi_backend *be; };
 struct dfi_pep { const struct dfi_backend *be; };
 struct dfi_fep { const struct dfi_backend *be; };
 struct dfi_srx { const struct dfi_backend *be; };
+struct dfi_ah { const struct dfi_backend *be; };
 
 struct dfi_fabric {
 	const struct dfi_backend *be;

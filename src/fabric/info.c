@@ -208,6 +208,7 @@ void dfi_fabric_fill_limits(const struct fi_info *i, struct dfi_fabric_limits *l
 {
 	l->rdm = i->ep_attr->type == FI_EP_RDM;
 	l->unordered = l->rdm;
+	l->ud = l->rdm;		/* rdm/ud.c */
 	l->iov_limit = i->tx_attr->iov_limit;
 	l->rma_iov_limit = i->tx_attr->rma_iov_limit;
 	l->tx_size = i->tx_attr->size;

@@ -26,6 +26,7 @@
 #include <dat2/udat.h>
 #include <dat2/dat_ib_extensions.h>
 #include <dat2/dat_ofi_extensions.h>
+#include <dat2/dapl_ofi.h>
 
 #include "dat_test.h"
 
@@ -288,7 +289,11 @@ static void test_ib_reported(void **state)
 	} else {
 		assert_null(prov_attr(p->c.ia, DAT_IB_ATTR_FETCH_AND_ADD));
 	}
-	assert_null(prov_attr(p->c.ia, DAT_IB_ATTR_UD));
+	/* UD endpoints: on an IA of reliable-datagram endpoints only */
+	if (strcmp(prov_attr(p->c.ia, DAPL_OFI_ATTR_ENDPOINT), "rdm") == 0)
+		assert_string_equal(prov_attr(p->c.ia, DAT_IB_ATTR_UD), "TRUE");
+	else
+		assert_null(prov_attr(p->c.ia, DAT_IB_ATTR_UD));
 	assert_true(dat_ofi_upcall_supported(p->c.ia, DAT_OFI_EXTENSION_VERSION));
 
 	assert_ok(dat_ia_open("ofi-lo-extofi", 8, &async, &ia2));
@@ -530,13 +535,9 @@ static void test_not_implemented(void **state)
 	struct pair *p = *state;
 	DAT_LMR_TRIPLET l = seg(&p->c, 0, 8);
 	DAT_RMR_TRIPLET r = rseg(&p->s, 0, 8);
-	DAT_IB_ADDR_HANDLE ah;
-	DAT_EP_ATTR a;
-	DAT_EP_HANDLE ep = DAT_HANDLE_NULL;
 	DAT_IB_COLLECTIVE_MEMBER member = NULL;
 	DAT_UINT32 msize = 0;
 
-	memset(&ah, 0, sizeof(ah));
 	establish(p);
 	if (!prov_attr(p->c.ia, DAT_IB_ATTR_CMP_AND_SWAP)) {	/* no native atomics */
 		assert_err(dat_ib_post_cmp_and_swap(p->c.ep, 1, 2, &l, ck(1), &r,
@@ -546,18 +547,10 @@ static void test_not_implemented(void **state)
 						     DAT_COMPLETION_DEFAULT_FLAG),
 			   DAT_NOT_IMPLEMENTED);
 	}
-	assert_err(dat_ib_post_send_ud(p->c.ep, 1, &l, &ah, ck(1), DAT_COMPLETION_DEFAULT_FLAG),
-		   DAT_NOT_IMPLEMENTED);
-	assert_err(dat_ib_ud_ah_free(p->c.ep, &ah), DAT_NOT_IMPLEMENTED);
 	assert_err(dat_ib_collective_create_member(p->c.ia, NULL, &member, &msize),
 		   DAT_NOT_IMPLEMENTED);
 	assert_err(dat_extension_op(p->c.ia, DAT_IB_COLLECTIVE_BARRIER_OP, ck(0),
 				    DAT_COMPLETION_DEFAULT_FLAG), DAT_NOT_IMPLEMENTED);
-	memset(&a, 0, sizeof(a));
-	a.service_type = (DAT_SERVICE_TYPE)DAT_IB_SERVICE_TYPE_UD;
-	assert_err(dat_ep_create(p->c.ia, p->c.pz, p->c.rcv, p->c.req, p->c.conn, &a, &ep),
-		   DAT_NOT_IMPLEMENTED);
-	assert_null(ep);
 	/* nothing reached the wire: no event either side */
 	{
 		DAT_EVENT ev;
@@ -760,6 +753,295 @@ static void test_open_close_query(void **state)
 	alarm(0);
 }
 
+/* ------------------------------------------------------------- UD endpoints */
+
+static bool ud_served(DAT_IA_HANDLE ia)
+{
+	const char *v = prov_attr(ia, DAT_IB_ATTR_UD);
+
+	return v && strcmp(v, "TRUE") == 0;
+}
+
+static DAT_RETURN ud_ep_create(const struct side *x, DAT_EP_HANDLE *ep)
+{
+	DAT_EP_ATTR a;
+
+	memset(&a, 0, sizeof(a));
+	a.service_type = (DAT_SERVICE_TYPE)DAT_IB_SERVICE_TYPE_UD;
+	a.max_message_size = 4096;
+	return dat_ep_create(x->ia, x->pz, x->rcv, x->req, x->conn, &a, ep);
+}
+
+static DAT_RETURN ud_recv(const struct side *x, DAT_EP_HANDLE ep, size_t off, size_t len,
+			  uint64_t cookie)
+{
+	DAT_LMR_TRIPLET t = seg(x, off, len);
+
+	return dat_ep_post_recv(ep, 1, &t, ck(cookie), DAT_COMPLETION_DEFAULT_FLAG);
+}
+
+static void ud_connect(const struct side *x, DAT_EP_HANDLE ep, DAT_CONN_QUAL port,
+		       const char *pdata)
+{
+	struct sockaddr_in a;
+
+	memset(&a, 0, sizeof(a));
+	a.sin_family = AF_INET;
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	(void)x;
+	assert_ok(dat_ep_connect(ep, (DAT_IA_ADDRESS_PTR)&a, port, 5 * SEC,
+				 pdata ? (DAT_COUNT)strlen(pdata) + 1 : 0, (DAT_PVOID)pdata,
+				 DAT_QOS_BEST_EFFORT, DAT_CONNECT_DEFAULT_FLAG));
+}
+
+/* The next CR of x: a UD one, with this private data; its handle. */
+static DAT_CR_HANDLE ud_cr(const struct side *x, const char *pdata)
+{
+	DAT_CR_PARAM cp;
+	DAT_EVENT ev;
+
+	assert_ok(wait_ev(x->cr, 5000, &ev));
+	assert_int_equal(ev.event_number, DAT_IB_UD_CONNECTION_REQUEST_EVENT);
+	assert_int_equal(ext_of(&ev)->type, DAT_IB_UD_CONNECT_REQUEST);
+	assert_ok(dat_cr_query(ev.event_data.cr_arrival_event_data.cr_handle, DAT_CR_FIELD_ALL,
+			       &cp));
+	assert_int_equal(cp.private_data_size, strlen(pdata) + 1);
+	assert_string_equal((const char *)cp.private_data, pdata);
+	return ev.event_data.cr_arrival_event_data.cr_handle;
+}
+
+/* The next event of x's connection EVD: ep's resolution, of this type,
+ * with this private data; its address handle and context into ah, *cm. */
+static void ud_established(const struct side *x, DAT_EP_HANDLE ep, DAT_IB_EXT_TYPE type,
+			   const char *pdata, DAT_IB_ADDR_HANDLE *ah, DAT_PVOID *cm)
+{
+	const DAT_CONNECTION_EVENT_DATA *c;
+	const struct sockaddr_in *sa;
+	DAT_EVENT ev;
+
+	assert_ok(wait_ev(x->conn, 5000, &ev));
+	c = &ev.event_data.connect_event_data;
+	assert_int_equal(ev.event_number, DAT_IB_UD_CONNECTION_EVENT_ESTABLISHED);
+	assert_ptr_equal(c->ep_handle, ep);
+	assert_int_equal(ext_of(&ev)->type, type);
+	assert_int_equal(ext_of(&ev)->status, DAT_OP_SUCCESS);
+	assert_non_null(ext_of(&ev)->remote_ah.ah);
+	assert_non_null(ext_of(&ev)->context.as_ptr);
+	sa = (const struct sockaddr_in *)(const void *)&ext_of(&ev)->remote_ah.ia_addr;
+	assert_int_equal(sa->sin_family, AF_INET);
+	assert_int_equal(ntohl(sa->sin_addr.s_addr), INADDR_LOOPBACK);
+	if (pdata) {
+		assert_int_equal(c->private_data_size, strlen(pdata) + 1);
+		assert_string_equal((const char *)c->private_data, pdata);
+	}
+	*ah = ext_of(&ev)->remote_ah;
+	*cm = ext_of(&ev)->context.as_ptr;
+}
+
+/* A UD completion on evd: a send, or a receive of len bytes after the
+ * 40 bytes of IB's global route header. */
+static void expect_ud(DAT_EVD_HANDLE evd, DAT_EP_HANDLE ep, bool recv, uint64_t cookie,
+		      DAT_SEG_LENGTH len, const char *what)
+{
+	expect_ib_dto(evd, ep, recv ? DAT_IB_UD_RECV : DAT_IB_UD_SEND, cookie,
+		      recv ? len + 40 : len, 0, what);
+}
+
+static DAT_RETURN ud_send(const struct side *x, DAT_EP_HANDLE ep, size_t off, size_t len,
+			  DAT_IB_ADDR_HANDLE *ah, uint64_t cookie)
+{
+	DAT_LMR_TRIPLET t = seg(x, off, len);
+
+	return dat_ib_post_send_ud(ep, 1, &t, ah, ck(cookie), DAT_COMPLETION_DEFAULT_FLAG);
+}
+
+/* On an IA of connected endpoints (MSG) UD is refused, named as such; the
+ * UD calls on an RC EP and with handles that are none are refused. */
+static void test_ud_refused(void **state)
+{
+	struct pair *p = *state;
+	DAT_LMR_TRIPLET l = seg(&p->c, 0, 8);
+	DAT_IB_ADDR_HANDLE ah;
+	DAT_EP_HANDLE ep = DAT_HANDLE_NULL;
+	DAT_CONTEXT cm;
+
+	memset(&ah, 0, sizeof(ah));
+	memset(&cm, 0, sizeof(cm));
+	if (!ud_served(p->c.ia)) {
+		assert_err(ud_ep_create(&p->c, &ep), DAT_MODEL_NOT_SUPPORTED);
+		assert_null(ep);
+	}
+	establish(p);
+	assert_err(dat_ib_post_send_ud(p->c.ep, 1, &l, &ah, ck(1), DAT_COMPLETION_DEFAULT_FLAG),
+		   DAT_INVALID_HANDLE);
+	assert_arg(dat_ib_ud_ah_free(p->c.ep, &ah), DAT_INVALID_ARG2);
+	assert_arg(dat_ib_ud_ah_free(p->c.ep, NULL), DAT_INVALID_ARG2);
+	assert_arg(dat_ib_ud_cm_free(p->c.ep, cm.as_ptr), DAT_INVALID_ARG2);
+	assert_arg(dat_ib_ud_cm_free(p->c.ep, (DAT_PVOID)&ah), DAT_INVALID_ARG2);
+	assert_err(dat_ib_ud_ah_free(DAT_HANDLE_NULL, &ah), DAT_INVALID_HANDLE);
+}
+
+/*
+ * Two UD EPs resolve each other (the client connects, the server accepts),
+ * and send both ways with the handles they got: each message lands 40
+ * bytes into its receive, whose length counts them, as IB's do.  Bad
+ * arguments and stale handles are refused; freeing handles, resolutions
+ * and EPs with handles still held leaks nothing (ASan).
+ */
+static void test_ud_resolve_send(void **state)
+{
+	struct pair *p = *state;
+	DAT_EP_HANDLE cud = DAT_HANDLE_NULL, sud = DAT_HANDLE_NULL;
+	DAT_IB_ADDR_HANDLE cah, sah, junk;
+	DAT_PVOID ccm, scm;
+	DAT_CR_HANDLE cr;
+	DAT_LMR_TRIPLET t;
+	DAT_UINT64 cnt[2];
+	char b[160];
+
+	if (!ud_served(p->c.ia))
+		skip();
+	watchdog("test_ud_resolve_send", 30);
+	assert_ok(ud_ep_create(&p->c, &cud));
+	assert_ok(ud_ep_create(&p->s, &sud));
+	/* posted before any resolution: kept, and posted at the first */
+	assert_ok(ud_recv(&p->c, cud, 8192, 1024, 21));
+	assert_ok(ud_recv(&p->s, sud, 8192, 1024, 31));
+	assert_err(ud_recv(&p->s, sud, 0, 39, 1), DAT_LENGTH_ERROR);
+
+	ud_connect(&p->c, cud, p->port, "hello");
+	cr = ud_cr(&p->s, "hello");
+	/* a UD request is accepted by a UD EP only */
+	assert_arg(dat_cr_accept(cr, p->s.ep, 0, NULL), DAT_INVALID_ARG2);
+	assert_ok(dat_cr_accept(cr, sud, 7, "accept"));
+	ud_established(&p->s, sud, DAT_IB_UD_PASSIVE_REMOTE_AH, "hello", &sah, &scm);
+	ud_established(&p->c, cud, DAT_IB_UD_REMOTE_AH, "accept", &cah, &ccm);
+
+	for (int i = 0; i < 100; i++)
+		p->c.buf[i] = (uint8_t)(i + 1);
+	assert_ok(ud_send(&p->c, cud, 0, 100, &cah, 11));
+	expect_ud(p->c.req, cud, false, 11, 100, "client's UD send");
+	expect_ud(p->s.rcv, sud, true, 31, 100, "server's UD receive");
+	for (int i = 0; i < 100; i++)
+		if (p->s.buf[8192 + 40 + i] != (uint8_t)(i + 1))
+			fail_msg("byte %d of the UD message: 0x%x", i, p->s.buf[8192 + 40 + i]);
+	/* the passive side's handle goes back to the connecting EP */
+	memset(p->s.buf, 0x5a, 64);
+	assert_ok(ud_send(&p->s, sud, 0, 64, &sah, 12));
+	expect_ud(p->s.req, sud, false, 12, 64, "server's UD send");
+	expect_ud(p->c.rcv, cud, true, 21, 64, "client's UD receive");
+	assert_int_equal(p->c.buf[8192 + 40], 0x5a);
+	assert_int_equal(p->c.buf[8192 + 40 + 63], 0x5a);
+	assert_ok(dat_ib_query_counters(cud, DCNT_EP_POST_SEND_UD, &cnt[0], 0));
+	assert_int_equal(cnt[0], 1);
+	assert_ok(dat_ib_query_counters(cud, DCNT_EP_RECV_UD, &cnt[1], 0));
+	assert_int_equal(cnt[1], 1);
+
+	/* bad arguments */
+	memset(&junk, 0, sizeof(junk));
+	junk.ah = (struct ibv_ah *)(void *)&junk;
+	assert_arg(ud_send(&p->c, cud, 0, 8, NULL, 1), DAT_INVALID_ARG4);
+	assert_arg(ud_send(&p->c, cud, 0, 8, &junk, 1), DAT_INVALID_ARG4);
+	assert_err(ud_send(&p->c, cud, 0, 4097, &cah, 1), DAT_LENGTH_ERROR);
+	t = seg(&p->c, 0, 8);
+	assert_arg(dat_ep_post_send(cud, 1, &t, ck(1), DAT_COMPLETION_DEFAULT_FLAG),
+		   DAT_INVALID_ARG1);
+	assert_err(ud_send(&p->c, p->c.ep, 0, 8, &cah, 1), DAT_INVALID_HANDLE);
+	/* freed: the handle is stale, the resolution gone */
+	assert_ok(dat_ib_ud_ah_free(cud, &cah));
+	assert_arg(ud_send(&p->c, cud, 0, 8, &cah, 1), DAT_INVALID_ARG4);
+	assert_arg(dat_ib_ud_ah_free(cud, &cah), DAT_INVALID_ARG2);
+	assert_ok(dat_ib_ud_cm_free(cud, ccm));
+	assert_arg(dat_ib_ud_cm_free(cud, ccm), DAT_INVALID_ARG2);
+	assert_arg(dat_ib_ud_cm_free(cud, scm), DAT_INVALID_ARG2);	/* the other EP's */
+	{
+		DAT_EVENT ev;
+
+		assert_err(wait_ev(p->c.req, 50, &ev), DAT_TIMEOUT_EXPIRED);
+		assert_err(wait_ev(p->s.rcv, 0, &ev), DAT_TIMEOUT_EXPIRED);
+	}
+	/* the server's handle and resolution go with its EP */
+	if (dat_ep_free(sud) != DAT_SUCCESS || dat_ep_free(cud) != DAT_SUCCESS)
+		fail_msg("freeing the UD EPs: %s", rc_name(DAT_INTERNAL_ERROR, b, sizeof(b)));
+	alarm(0);
+}
+
+/* A refused resolution is DAT_IB_UD_CONNECTION_REJECT_EVENT with the
+ * peer's address; one to a port nobody listens on too. */
+static void test_ud_reject(void **state)
+{
+	struct pair *p = *state;
+	DAT_EP_HANDLE cud = DAT_HANDLE_NULL, sud = DAT_HANDLE_NULL;
+	DAT_EVENT ev;
+
+	if (!ud_served(p->c.ia))
+		skip();
+	watchdog("test_ud_reject", 30);
+	assert_ok(ud_ep_create(&p->c, &cud));
+	assert_ok(ud_ep_create(&p->s, &sud));
+	ud_connect(&p->c, cud, p->port, "no?");
+	assert_ok(dat_cr_reject(ud_cr(&p->s, "no?"), 0, NULL));
+	assert_ok(wait_ev(p->c.conn, 5000, &ev));
+	assert_int_equal(ev.event_number, DAT_IB_UD_CONNECTION_REJECT_EVENT);
+	assert_ptr_equal(ev.event_data.connect_event_data.ep_handle, cud);
+	assert_int_equal(ext_of(&ev)->type, DAT_IB_UD_CONNECT_REJECT);
+	ud_connect(&p->c, cud, p->port + 1 == 0 ? 2 : p->port + 1, NULL);
+	assert_ok(wait_ev(p->c.conn, 5000, &ev));
+	assert_true(ev.event_number == (DAT_EVENT_NUMBER)DAT_IB_UD_CONNECTION_REJECT_EVENT ||
+		    ev.event_number == (DAT_EVENT_NUMBER)DAT_IB_UD_CONNECTION_ERROR_EVENT);
+	/* the EP resolves again after both */
+	ud_connect(&p->c, cud, p->port, "yes");
+	assert_ok(dat_cr_accept(ud_cr(&p->s, "yes"), sud, 0, NULL));
+	assert_ok(wait_ev(p->c.conn, 5000, &ev));
+	assert_int_equal(ev.event_number, DAT_IB_UD_CONNECTION_EVENT_ESTABLISHED);
+	assert_ok(dat_ep_free(cud));
+	assert_ok(dat_ep_free(sud));
+	alarm(0);
+}
+
+/* One server UD EP, three client ones: each resolution gives the server a
+ * handle of its own, and a message sent with each reaches that EP only.
+ * An EP freed while its resolution is pending leaves nothing behind. */
+static void test_ud_three_peers(void **state)
+{
+	struct pair *p = *state;
+	DAT_EP_HANDLE sud = DAT_HANDLE_NULL, cud[3], late = DAT_HANDLE_NULL;
+	DAT_IB_ADDR_HANDLE sah[3], cah;
+	DAT_PVOID cm;
+	char pd[8];
+
+	if (!ud_served(p->c.ia))
+		skip();
+	watchdog("test_ud_three_peers", 30);
+	assert_ok(ud_ep_create(&p->s, &sud));
+	for (int i = 0; i < 3; i++) {
+		assert_ok(ud_ep_create(&p->c, &cud[i]));
+		assert_ok(ud_recv(&p->c, cud[i], 4096 * (size_t)(i + 1), 512, 100 + (uint64_t)i));
+		snprintf(pd, sizeof(pd), "ep%d", i);
+		ud_connect(&p->c, cud[i], p->port, pd);
+		assert_ok(dat_cr_accept(ud_cr(&p->s, pd), sud, 0, NULL));
+		ud_established(&p->s, sud, DAT_IB_UD_PASSIVE_REMOTE_AH, pd, &sah[i], &cm);
+		ud_established(&p->c, cud[i], DAT_IB_UD_REMOTE_AH, NULL, &cah, &cm);
+	}
+	/* in reverse, each its own bytes */
+	for (int i = 2; i >= 0; i--) {
+		memset(p->s.buf + 64 * i, 'a' + i, 64);
+		assert_ok(ud_send(&p->s, sud, 64 * (size_t)i, 64, &sah[i], 200 + (uint64_t)i));
+		expect_ud(p->s.req, sud, false, 200 + (uint64_t)i, 64, "server's UD send");
+		expect_ud(p->c.rcv, cud[i], true, 100 + (uint64_t)i, 64, "a client's UD receive");
+		assert_int_equal(p->c.buf[4096 * (i + 1) + 40], 'a' + i);
+	}
+	/* a resolution still pending when its EP goes */
+	assert_ok(ud_ep_create(&p->c, &late));
+	ud_connect(&p->c, late, p->port, "late");
+	(void)ud_cr(&p->s, "late");
+	assert_ok(dat_ep_free(late));
+	for (int i = 0; i < 3; i++)
+		assert_ok(dat_ep_free(cud[i]));
+	assert_ok(dat_ep_free(sud));
+	alarm(0);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -774,6 +1056,10 @@ int main(int argc, char **argv)
 		cmocka_unit_test_setup_teardown(test_atomic_counter_4_peers, pair_setup,
 						pair_teardown),
 		cmocka_unit_test(test_open_close_query),
+		cmocka_unit_test_setup_teardown(test_ud_refused, pair_setup, pair_teardown),
+		cmocka_unit_test_setup_teardown(test_ud_resolve_send, pair_setup, pair_teardown),
+		cmocka_unit_test_setup_teardown(test_ud_reject, pair_setup, pair_teardown),
+		cmocka_unit_test_setup_teardown(test_ud_three_peers, pair_setup, pair_teardown),
 	};
 
 	watchdog_install();

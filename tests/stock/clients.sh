@@ -56,9 +56,11 @@
 #               "FETCH_ADD test - PASSED"; -q runs one
 #               process (the open query by IA name), which must list the
 #               provider attribute DAT_IB_IMMED_DATA=TRUE.  Its UD modes
-#               (-u, -U) are not run: dapl-ofi has no UD endpoints (and
-#               answers DAT_NOT_IMPLEMENTED); its atomics are skipped by
-#               dtestx itself, as dapl-ofi reports no atomic attribute.
+#               (-u, -U N, on an RDM IA: the client runs with -c) need
+#               "IB extension test - UD test PASSED" and a "Recv RMR
+#               message" line per endpoint (4 with -u); its atomics are
+#               skipped by dtestx itself on an IA without FI_ATOMIC, which
+#               reports no atomic attribute.
 # The exit status is shown but not judged (it is 0 for failed tests and 1
 # for some setup errors).
 set -u
@@ -145,6 +147,9 @@ add dtestx          dtestx   "$IA"
 add dtestx-p        dtestx   "$IA"    -p
 add dtestx-m        dtestx   "$IA"    -m
 add dtestx-b4096    dtestx   "$IA"    -b 4096
+# UD endpoints (an RDM IA): 4 resolutions each way on one EP, or 4 EPs
+add dtestx-u        dtestx   "$IA"    -u
+add dtestx-U4m      dtestx   "$IA"    -U 4 -m
 # about 7 s: dtestx sleeps between its atomics
 add dtestx-atomics  dtestx   "$IA_ATOMIC"
 if [ -n "${CLIENTS_EXTRA:-}" ]; then
@@ -426,7 +431,12 @@ side_problems() {
 			p+="no ' DAPL Connection Test Complete.' line"$'\n'
 		;;
 	dtestx)
-		if [ "$mode" = q ]; then
+		if [ "$mode" = u ]; then
+			grep -q 'IB extension test - UD test PASSED' "$log" ||
+				p+="no 'IB extension test - UD test PASSED' line"$'\n'
+			[ "$(grep -c '^Recv RMR message' "$log")" -eq "$cn" ] ||
+				p+="not $cn 'Recv RMR message' lines"$'\n'
+		elif [ "$mode" = q ]; then
 			grep -q 'Open_Query: Provider Specific Attribute.* DAT_IB_IMMED_DATA=TRUE' "$log" ||
 				p+="no 'DAT_IB_IMMED_DATA=TRUE' attribute in the open query"$'\n'
 			[ "$rc" -eq 0 ] || p+="exit status $rc"$'\n'
@@ -512,6 +522,14 @@ run_case() {
 		[[ " ${C_ARGS[$name]} " == *" -p "* ]] && mode=p
 		[[ " ${C_ARGS[$name]} " == *" -q "* ]] && mode=q
 		[ "$name" = dtestx-atomics ] && mode=a
+		if [[ " ${C_ARGS[$name]} " == *" -u "* || " ${C_ARGS[$name]} " == *" -U "* ]]; then
+			# UD: both sides resolve and send; -h alone does not
+			# make a client then
+			mode=u
+			cli+=(-c)
+			cn=$(sed -n 's/.*-U \([0-9]*\).*/\1/p' <<<"${C_ARGS[$name]}")
+			[ -n "$cn" ] || cn=4
+		fi
 	fi
 
 	now_ms

@@ -35,6 +35,7 @@ static struct dfi_rdm_msg sample(enum dfi_rdm_type t)
 			m.pdata[i] = (uint8_t)i;
 		if (t == DFI_RDM_REQ) {
 			m.qual = 45248;
+			m.flags = DFI_RDM_REQ_UD;
 		} else {
 			m.dst_id = 0xfffffffe;
 			m.dst_gen = 1;
@@ -165,7 +166,7 @@ static void test_bad_input_refused(void **state)
 	expect_bad(sample(DFI_RDM_REQ), e_addr_big, "address length");
 	expect_bad(sample(DFI_RDM_REQ), e_plen_big, "256");
 	expect_bad(sample(DFI_RDM_REQ), e_plen_off, "disagree");
-	expect_bad(sample(DFI_RDM_REQ), e_req_pad, "reserved");
+	expect_bad(sample(DFI_RDM_REQ), e_req_pad, "unknown REQ flags");
 	expect_bad(sample(DFI_RDM_REJ), e_reason, "reason");
 	expect_bad(sample(DFI_RDM_REJ), e_rej_pad, "reserved");
 	expect_bad(sample(DFI_RDM_RTU), e_rtu_pad, "reserved");
@@ -190,6 +191,13 @@ static void test_encode_limits(void **state)
 	assert_int_equal(dfi_rdm_encode(&m, buf, sizeof(buf)), -EINVAL);
 	m = sample(DFI_RDM_REJ);
 	m.reason = DFI_RDM_REJ_END;
+	assert_int_equal(dfi_rdm_encode(&m, buf, sizeof(buf)), -EINVAL);
+	/* flags: a REQ's, and only those defined */
+	m = sample(DFI_RDM_REQ);
+	m.flags = 0x2;
+	assert_int_equal(dfi_rdm_encode(&m, buf, sizeof(buf)), -EINVAL);
+	m = sample(DFI_RDM_REP);
+	m.flags = DFI_RDM_REQ_UD;
 	assert_int_equal(dfi_rdm_encode(&m, buf, sizeof(buf)), -EINVAL);
 	m = sample(DFI_RDM_REQ);
 	assert_int_equal(dfi_rdm_encode(&m, buf, 100), -ENOSPC);

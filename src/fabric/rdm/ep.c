@@ -341,7 +341,7 @@ static int peers_evict(struct rdm_fabric *rf)
 
 /* The peer's RDM endpoint in the AV (lock held), taken for e: its fi_addr
  * in e->peer.  The AV full (shm: 256 peers), the unused ones make room. */
-static int peer_get(struct rdm_fabric *rf, struct rdm_fep *e, const struct dfi_rcm_end *remote)
+int rdm_peer_get(struct rdm_fabric *rf, struct rdm_fep *e, const struct dfi_rcm_end *remote)
 {
 	struct rdm_peer *p;
 	int n;
@@ -371,7 +371,7 @@ found:
 	return 0;
 }
 
-static void self_end(const struct rdm_fep *e, struct dfi_rcm_end *end)
+void rdm_self_end(const struct rdm_fep *e, struct dfi_rcm_end *end)
 {
 	memset(end, 0, sizeof(*end));
 	end->id = e->id;
@@ -413,7 +413,7 @@ static int rdm_eq_trywait(struct dfi_eq *q)
 }
 
 /* The connection ended: the endpoint's control channel goes (lock held). */
-static void conn_gone(struct rdm_fep *e)
+void rdm_conn_gone(struct rdm_fep *e)
 {
 	atomic_store_explicit(&e->ended, true, memory_order_relaxed);
 	dfi_rcm_conn_free(e->conn);
@@ -433,7 +433,7 @@ static void conn_gone(struct rdm_fep *e)
  * connection is up.  Lock held; the provider's progress is driven
  * meanwhile (the peer's half is its own thread's).
  */
-static int path_up(struct rdm_fep *e, const struct dfi_rcm_end *remote)
+int rdm_path_up(struct rdm_fep *e, const struct dfi_rcm_end *remote)
 {
 	uint64_t tag = RDM_TAG_HELLO(remote->id, remote->gen);
 	struct timespec t0, now;
@@ -494,32 +494,37 @@ static bool translate(struct rdm_fabric *rf, struct dfi_rcm_event *r, struct dfi
 		ev->type = DFI_CM_CONNREQ;
 		ev->ctx = r->ctx;
 		ev->req = req;
+		ev->ud = r->remote.ud;
 		break;
 	case DFI_RCM_ESTABLISHED:
 		if (!e->established && e->peer == FI_ADDR_UNSPEC) {
 			/* the connecting side: the peer's end came in its REP */
-			if (peer_get(rf, e, &r->remote)) {
-				conn_gone(e);
+			if (rdm_peer_get(rf, e, &r->remote)) {
+				rdm_conn_gone(e);
 				ev->type = DFI_CM_ERROR;
 				ev->ctx = e->ctx;
 				ev->err = ENOMEM;
 				return true;
 			}
 			e->stag = RDM_TAG(r->remote.id, r->remote.gen);
-			if (path_up(e, &r->remote) || dfi_rcm_confirm(e->conn)) {
-				conn_gone(e);	/* the peer sees the channel close */
+			if (rdm_path_up(e, &r->remote) || dfi_rcm_confirm(e->conn)) {
+				rdm_conn_gone(e);	/* the peer sees the channel close */
 				ev->type = DFI_CM_ERROR;
 				ev->ctx = e->ctx;
 				ev->err = ETIMEDOUT;
 				return true;
 			}
 		}
+		if (e->ud_hs) {
+			rdm_ud_resolved(e, ev);	/* and the control channel goes */
+			break;
+		}
 		e->established = true;
 		ev->type = DFI_CM_CONNECTED;
 		ev->ctx = e->ctx;
 		break;
 	case DFI_RCM_REJECTED:
-		conn_gone(e);
+		rdm_conn_gone(e);
 		ev->type = DFI_CM_ERROR;
 		ev->ctx = e->ctx;
 		ev->err = ECONNREFUSED;
@@ -529,13 +534,13 @@ static bool translate(struct rdm_fabric *rf, struct dfi_rcm_event *r, struct dfi
 		 * what it sent before is placed first, as far as it is here
 		 * (docs/rdm.md: what is still on the wire is not waited for) */
 		drain(e);
-		conn_gone(e);
+		rdm_conn_gone(e);
 		ev->type = e->established ? DFI_CM_SHUTDOWN : DFI_CM_ERROR;
 		ev->ctx = e->ctx;
 		ev->err = ECONNRESET;
 		break;
 	case DFI_RCM_BROKEN:
-		conn_gone(e);
+		rdm_conn_gone(e);
 		ev->ctx = e->ctx;
 		if (e->established) {
 			e->aborted = r->err == ETIMEDOUT;
@@ -689,7 +694,7 @@ static int rdm_fep_open(struct dfi_fabric *f, struct dfi_eq *eq, void *p,
 	e->peer = FI_ADDR_UNSPEC;
 	pthread_mutex_lock(&rf->lock);
 	e->tx_need = tx_size;
-	e->rx_need = rx_size + 1;	/* and the hello's (path_up) */
+	e->rx_need = rx_size + 1;	/* and the hello's (rdm_path_up) */
 	rc = rep_get(rf, txcq, rxcq, tx_size, rx_size, &e->rep);
 	if (!rc) {
 		e->id = id_get(rf, e);
@@ -699,7 +704,7 @@ static int rdm_fep_open(struct dfi_fabric *f, struct dfi_eq *eq, void *p,
 		}
 	}
 	if (!rc && req) {
-		rc = peer_get(rf, e, &req->remote);
+		rc = rdm_peer_get(rf, e, &req->remote);
 		if (rc) {
 			id_put(rf, e->id);
 			rep_put(rf, e->rep, e->tx_need, e->rx_need);
@@ -736,7 +741,7 @@ static int rdm_fep_connect(struct dfi_fep *fe, const struct sockaddr_in *dest, c
 		pthread_mutex_unlock(&e->rf->lock);
 		return -EISCONN;
 	}
-	self_end(e, &self);
+	rdm_self_end(e, &self);
 	e->peer_in = *dest;
 	rc = dfi_rcm_connect(e->rf->cm, dest, ntohs(dest->sin_port), &self, pdata, plen, e,
 			     &e->conn);
@@ -754,12 +759,12 @@ static int rdm_fep_accept(struct dfi_fep *fe, const void *pdata, size_t plen)
 
 	pthread_mutex_lock(&e->rf->lock);
 	if (e->conn) {
-		/* the connecting side's hello (path_up): consumed here, its
+		/* the connecting side's hello (rdm_path_up): consumed here, its
 		 * completion without a context */
 		ssize_t r = fi_trecv(e->ep, NULL, 0, NULL, FI_ADDR_UNSPEC,
 				     RDM_TAG_HELLO(e->id, e->gen), 0, NULL);
 
-		self_end(e, &self);
+		rdm_self_end(e, &self);
 		rc = r ? (int)r : dfi_rcm_accept(e->conn, &self, pdata, plen, e);
 	}
 	pthread_mutex_unlock(&e->rf->lock);
@@ -781,7 +786,7 @@ static int rdm_fep_shutdown(struct dfi_fep *fe)
 	if (e->conn && e->established)
 		rc = dfi_rcm_disconnect(e->conn);
 	if (rc && e->conn)
-		conn_gone(e);
+		rdm_conn_gone(e);
 	pthread_mutex_unlock(&e->rf->lock);
 	return rc;
 }
@@ -798,9 +803,11 @@ static void rdm_fep_close(struct dfi_fep *fe)
 
 	pthread_mutex_lock(&rf->lock);
 	if (e->conn)
-		conn_gone(e);
-	id_put(rf, e->id);
-	rep_put(rf, e->rep, e->tx_need, e->rx_need);
+		rdm_conn_gone(e);
+	if (!e->ud_hs) {	/* a handshake's are its UD endpoint's */
+		id_put(rf, e->id);
+		rep_put(rf, e->rep, e->tx_need, e->rx_need);
+	}
 	if (e->peer_ref)
 		e->peer_ref->refs--;
 	pthread_mutex_unlock(&rf->lock);
@@ -863,4 +870,8 @@ const struct dfi_backend dfi_rdm_backend = {
 	.post_read = dfi_rdm_post_read,
 	.post_senddata = dfi_rdm_post_senddata,
 	.post_atomic = dfi_rdm_post_atomic,
+	.ud_connect = dfi_rdm_ud_connect,
+	.ud_accept = dfi_rdm_ud_accept,
+	.post_send_ud = dfi_rdm_post_send_ud,
+	.ah_free = dfi_rdm_ah_free,
 };

@@ -157,3 +157,23 @@ int dfi_rdm_post_atomic(struct dfi_fep *fe, enum dfi_atomic_op op, const uint64_
 	RETRY(e, dfi_atomic(e->ep, e->peer, op, operand, compare, result, result_mr, raddr, rkey,
 			    ctx));
 }
+
+/* A UD endpoint's send (ud.c): to the handle's endpoint and tag, which a
+ * receive posted there matches as one of its connection's would. */
+int dfi_rdm_post_send_ud(struct dfi_fep *fe, const struct dfi_ah *ah, const struct dfi_sge *sg,
+			 int n, void *ctx)
+{
+	struct rdm_fep *e = RDM_FEP(fe);
+	const struct rdm_ah *a = (const struct rdm_ah *)ah;
+	struct iovec iov[DFI_MAX_SGE];
+	void *desc[DFI_MAX_SGE];
+	int rc;
+
+	if (n <= 1)
+		RETRY(e, fi_tsend(e->ep, n ? sg[0].addr : NULL, n ? sg[0].len : 0,
+				  n ? dfi_sge_desc(&sg[0]) : NULL, a->addr, a->stag, ctx));
+	rc = dfi_fill_iov(sg, n, iov, desc);
+	if (rc)
+		return rc;
+	RETRY(e, fi_tsendv(e->ep, iov, desc, (size_t)n, a->addr, a->stag, ctx));
+}

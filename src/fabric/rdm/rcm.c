@@ -280,6 +280,7 @@ static void fill_end(struct dfi_rdm_msg *m, const struct dfi_rcm_end *e)
 {
 	m->src_id = e->id;
 	m->src_gen = e->gen;
+	m->flags = m->type == DFI_RDM_REQ && e->ud ? DFI_RDM_REQ_UD : 0;
 	m->addr_len = e->addr_len;
 	memcpy(m->addr, e->addr, e->addr_len);
 }
@@ -288,6 +289,7 @@ static void take_end(struct dfi_rcm_end *e, const struct dfi_rdm_msg *m)
 {
 	e->id = m->src_id;
 	e->gen = m->src_gen;
+	e->ud = m->flags & DFI_RDM_REQ_UD;
 	e->addr_len = m->addr_len;
 	memcpy(e->addr, m->addr, m->addr_len);
 }

@@ -13,6 +13,7 @@
 #include "wire.h"
 
 #include <netinet/in.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -25,6 +26,7 @@ struct dfi_rcm_end {
 	uint32_t id;			/* its connection id */
 	uint16_t gen;			/* and generation (14 bits) */
 	uint16_t addr_len;		/* its fabric address (1..DFI_RDM_ADDR_MAX) */
+	bool ud;			/* REQ: an unreliable-datagram endpoint's */
 	uint8_t addr[DFI_RDM_ADDR_MAX];
 };
 

@@ -19,7 +19,7 @@
 #define RDM_GEN_BITS	14
 #define RDM_GEN_MASK	((1u << RDM_GEN_BITS) - 1)
 #define RDM_TAG(id, gen)	(((uint64_t)(gen) << 32) | (uint64_t)(id))
-/* class 2: the connecting side's hello (ep.c, path_up) */
+/* class 2: the connecting side's hello (ep.c, rdm_path_up) */
 #define RDM_TAG_HELLO(id, gen)	((2ull << 46) | RDM_TAG(id, gen))
 /* how long the connecting side tries to reach its peer's endpoint */
 #define RDM_HELLO_MS		5000
@@ -49,7 +49,7 @@ struct rdm_ep {
 /* A peer's RDM endpoint in the AV, shared by the connections to it: an
  * address goes into the AV once (shm counts every insert against its 256
  * peers, the same address included), and stays, unused, until the AV
- * needs the room (ep.c, peer_get). */
+ * needs the room (ep.c, rdm_peer_get). */
 struct rdm_peer {
 	struct rdm_peer *next;
 	fi_addr_t addr;
@@ -122,9 +122,39 @@ struct rdm_fep {
 	atomic_bool ended;
 	bool aborted;			/* the kernel gave up on the peer */
 	bool established;
+	/* a UD endpoint's handshake (ud.c): its id, tags and endpoint are
+	 * the UD endpoint's, it holds no id or queue share of its own, and
+	 * it ends at its first event */
+	bool ud_hs;
 };
 
 #define RDM_FEP(e)	((struct rdm_fep *)(e))
+
+/* A UD peer's endpoint (ud.c): where its sends go, and its tag; the AV
+ * entry is held while the handle lives. */
+struct rdm_ah {
+	struct dfi_ah base;
+	struct rdm_fabric *rf;
+	struct rdm_peer *peer;
+	fi_addr_t addr;			/* peer's */
+	uint64_t stag;
+};
+
+/* ep.c, shared with ud.c (lock held) */
+int rdm_peer_get(struct rdm_fabric *rf, struct rdm_fep *e, const struct dfi_rcm_end *remote);
+void rdm_self_end(const struct rdm_fep *e, struct dfi_rcm_end *end);
+void rdm_conn_gone(struct rdm_fep *e);
+int rdm_path_up(struct rdm_fep *e, const struct dfi_rcm_end *remote);
+
+/* ud.c: unreliable datagrams */
+void rdm_ud_resolved(struct rdm_fep *hs, struct dfi_cm_event *ev);
+int dfi_rdm_ud_connect(struct dfi_fep *ud, const struct sockaddr_in *dest, const void *pdata,
+		       size_t plen, void *ctx, struct dfi_fep **hs);
+int dfi_rdm_ud_accept(struct dfi_fep *ud, void *req, const void *pdata, size_t plen, void *ctx,
+		      struct dfi_fep **hs);
+int dfi_rdm_post_send_ud(struct dfi_fep *ud, const struct dfi_ah *ah, const struct dfi_sge *sg,
+			 int n, void *ctx);
+void dfi_rdm_ah_free(struct dfi_ah *ah);
 
 /* shmexit.c: shm's region files of this process go at its exit */
 void dfi_rdm_shm_unlink_at_exit(void);

@@ -53,6 +53,7 @@ ssize_t dfi_rdm_encode(const struct dfi_rdm_msg *m, void *buf, size_t cap)
 
 	if (m->type <= 0 || m->type >= DFI_RDM_TYPE_END || m->addr_len > DFI_RDM_ADDR_MAX ||
 	    m->plen > DFI_RDM_PDATA_MAX || m->src_gen > GEN_MAX || m->dst_gen > GEN_MAX ||
+	    (m->flags & ~DFI_RDM_REQ_FLAGS) || (m->flags && m->type != DFI_RDM_REQ) ||
 	    (m->type == DFI_RDM_REJ && (m->reason == 0 || m->reason >= DFI_RDM_REJ_END)))
 		return -EINVAL;
 	n = body_len(m);
@@ -72,6 +73,7 @@ ssize_t dfi_rdm_encode(const struct dfi_rdm_msg *m, void *buf, size_t cap)
 		put16(b + 14, m->addr_len);
 		put64(b + 16, m->qual);
 		put16(b + 24, m->plen);
+		put16(b + 26, m->flags);
 		memcpy(b + 28, m->addr, m->addr_len);
 		memcpy(b + 28 + m->addr_len, m->pdata, m->plen);
 		break;
@@ -166,8 +168,9 @@ ssize_t dfi_rdm_decode(const void *buf, size_t len, struct dfi_rdm_msg *m, const
 		if (type == DFI_RDM_REQ) {
 			m->qual = get64(b + 16);
 			m->plen = get16(b + 24);
-			if (get16(b + 26))
-				BAD("reserved bytes set");
+			m->flags = get16(b + 26);
+			if (m->flags & ~DFI_RDM_REQ_FLAGS)
+				BAD("unknown REQ flags");
 		} else {
 			m->dst_id = get32(b + 16);
 			m->dst_gen = get16(b + 20);

@@ -41,12 +41,18 @@ enum dfi_rdm_reason {		/* REJ */
 	DFI_RDM_REJ_END
 };
 
+/* REQ flags: the requesting endpoint is an unreliable-datagram one (the IB
+ * extension's UD): the handshake resolves addresses, no connection stays. */
+#define DFI_RDM_REQ_UD		0x1u
+#define DFI_RDM_REQ_FLAGS	DFI_RDM_REQ_UD
+
 struct dfi_rdm_msg {
 	enum dfi_rdm_type type;
 	uint64_t ia;			/* REQ, REP: the sender's IA instance */
 	uint32_t src_id, dst_id;	/* connection ids: the sender's, the receiver's */
 	uint16_t src_gen, dst_gen;	/* their generations (14 bits) */
 	uint64_t qual;			/* REQ: the connection qualifier */
+	uint16_t flags;			/* REQ: DFI_RDM_REQ_* */
 	uint8_t reason;			/* REJ */
 	uint32_t rmr;			/* KEY, KEYREP: the RMR context */
 	uint32_t status;		/* KEYREP: 0, or a positive errno */
