@@ -820,9 +820,10 @@ static int resources(struct dat_x *x, const struct perf_plan *pl)
 	memset(x->buf, 0, 3 * x->region);	/* touch every page now */
 	memset(&region, 0, sizeof(region));
 	region.for_va = x->buf;
+	/* remote atomics too (atomic_lat): an emulating IA checks the right */
 	DAT_CALL(dat_lmr_create, x->ia, DAT_MEM_TYPE_VIRTUAL, region, 3 * x->region, x->pz,
-		 DAT_MEM_PRIV_ALL_FLAG, DAT_VA_TYPE_VA, &x->lmr, &x->lctx, &x->rctx, &reg_len,
-		 &x->reg);
+		 DAT_MEM_PRIV_ALL_FLAG | DAT_IB_MEM_PRIV_REMOTE_ATOMIC, DAT_VA_TYPE_VA, &x->lmr,
+		 &x->lctx, &x->rctx, &reg_len, &x->reg);
 
 	memset(&a, 0, sizeof(a));
 	a.service_type = DAT_SERVICE_TYPE_RC;

@@ -978,6 +978,11 @@ struct cm_post {
 	bool has_pre;
 	struct dfi_cr *cr;		/* a CR event: rejected if it does not fit */
 	struct dfi_ep *broken;		/* an SRQ EP whose connection ended */
+	/* its emulated atomics, flushed when its connection ended: posted
+	 * after ev, on fq (held) */
+	DAT_EVENT *flushed;
+	int n_flushed;
+	struct dfi_evd *fq;
 };
 
 /* The connection of an SRQ EP ended (cm_lock held): its completions are
@@ -1211,6 +1216,7 @@ static void translate(struct dfi_ia *ia, struct dfi_cm_event *e, struct cm_post 
 					 (void *)ep, ia->peer_timeout_ms);
 			ep_lost(ep);
 			srq_ep_ended(p, ep);
+			p->n_flushed = dfi_dto_atomic_flush(ep, &p->flushed, &p->fq);
 			conn_event(p, ep, aborted ? DAT_CONNECTION_EVENT_BROKEN :
 				   DAT_CONNECTION_EVENT_DISCONNECTED, NULL, 0);
 		}
@@ -1224,8 +1230,16 @@ static void translate(struct dfi_ia *ia, struct dfi_cm_event *e, struct cm_post 
 		dfi_dbg(DFI_SS_CM, "EP %p: connection error %s", (void *)ep, strerror(e->err));
 		ep_lost(ep);
 		srq_ep_ended(p, ep);
+		p->n_flushed = dfi_dto_atomic_flush(ep, &p->flushed, &p->fq);
 		conn_event(p, ep, pending ? DAT_CONNECTION_EVENT_DISCONNECTED :
 			   error_event(e->err, was), e->pdata, e->plen);
+		break;
+	}
+	case DFI_CM_ATOMIC_DONE: {
+		struct dfi_evd *evd = dfi_dto_atomic_done(ep, e, &p->ev);
+
+		if (evd)
+			p->q = &evd->q;		/* held */
 		break;
 	}
 	default:
@@ -1290,6 +1304,16 @@ bool dfi_connect_timeouts(struct dfi_ia *ia)
  * alive cannot be freed until this returns: the progress thread runs it
  * inside its batch, a consumer counted in ia->n_pulling, and
  * dfi_progress_unwatch_rcq waits for both. */
+static void post_flushed(struct cm_post *p)
+{
+	if (!p->fq)
+		return;
+	for (int k = 0; k < p->n_flushed; k++)
+		dfi_evq_post(&p->fq->q, &p->flushed[k]);
+	dfi_evq_unhold(&p->fq->q);
+	free(p->flushed);
+}
+
 int dfi_cm_handle(struct dfi_ia *ia)
 {
 	struct dfi_cm_event e;
@@ -1313,6 +1337,7 @@ int dfi_cm_handle(struct dfi_ia *ia)
 		if (p.broken)
 			dfi_srq_ep_settle(p.broken);
 		if (!p.q) {
+			post_flushed(&p);
 			if (p.broken)
 				dfi_post_async(ia, DAT_ASYNC_ERROR_EP_BROKEN, p.broken,
 					       DAT_EP_TRANSFER_TO_ERROR);
@@ -1325,6 +1350,7 @@ int dfi_cm_handle(struct dfi_ia *ia)
 			 * (the SP is alive: it counts this CR) */
 			cr_refuse(p.cr, NULL, 0);
 		dfi_evq_unhold(p.q);
+		post_flushed(&p);	/* after the connection event, as IB's flush */
 		/* after the connection event: dtestsrq waits for that first,
 		 * then for EP_BROKEN naming the same EP (dat-clients.md 3.4) */
 		if (p.broken)

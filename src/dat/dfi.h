@@ -200,6 +200,15 @@ struct dfi_early {
  * reported, else when the consumer reaps its event (a verbs QP's slot is
  * busy until then too).  Taker-side fields are written by the taker only;
  * everyone else adds to the atomic counts and pushes onto `returned`. */
+/* A request slot's atomic (dto.c): a native one's operands, which the
+ * provider reads until the completion; an emulated one's id while it is
+ * out (0: none) and where its old value goes (post_lock). */
+struct dfi_atom {
+	uint64_t operand, compare;
+	uint64_t id;
+	uint64_t *result;
+};
+
 struct dfi_dto_pool {
 	int n;
 	int free_head;			/* the taker's free list (post_lock) */
@@ -220,9 +229,9 @@ struct dfi_dto_pool {
 	_Atomic int reads_out;
 	_Atomic int fence_held;
 	atomic_bool fence_due;
-	/* the operands of native atomics, one pair per slot (the provider
-	 * reads them until the completion; allocated by the first, ib.c) */
-	uint64_t (*atom)[2];
+	/* atomics' state, one per slot (allocated by the first, dto.c) */
+	struct dfi_atom *atom;
+	unsigned atom_seq;		/* emulated ones' ids (post_lock) */
 	struct dfi_dto_order *order;	/* NULL: the fabric completes in order */
 	struct dfi_dto_pool *next_zombie;
 	/* in the same allocation as the counts: a completion touches both */
@@ -791,6 +800,17 @@ struct dfi_ah *dfi_ud_ah_get(struct dfi_ia *ia, const DAT_IB_ADDR_HANDLE *h);
 DAT_RETURN dfi_ep_post_send_ud(DAT_EP_HANDLE ep, DAT_COUNT n, DAT_LMR_TRIPLET *iov,
 			       const DAT_IB_ADDR_HANDLE *ah, DAT_DTO_COOKIE cookie,
 			       DAT_COMPLETION_FLAGS flags);
+/* dto.c, emulated atomics (docs/ib-extension.md).  cm_lock held: the
+ * outcome e (DFI_CM_ATOMIC_DONE) of one of ep's as its DTO event into *ev;
+ * the request EVD to post it on (held), or NULL (suppressed, or no such
+ * atomic out: a stale or forged id is dropped with a log line). */
+struct dfi_evd *dfi_dto_atomic_done(struct dfi_ep *ep, const struct dfi_cm_event *e,
+				    DAT_EVENT *ev);
+/* ep's emulated atomics still out complete flushed (the connection ended,
+ * or the EP is reset or freed): their events in *evs (malloc'ed, the
+ * caller posts them on *evd, held, and frees them); how many. */
+int dfi_dto_atomic_flush(struct dfi_ep *ep, DAT_EVENT **evs, struct dfi_evd **evd);
+
 /* conn.c: cm_lock held; ep's datagram endpoint, opened if it has none */
 int dfi_ep_open_ud(struct dfi_ep *ep);
 

@@ -697,9 +697,17 @@ static int early_add(struct dfi_ep *ep, int idx, const struct dfi_sge *sg, int n
 void dfi_ep_flush_pending(struct dfi_ep *ep)
 {
 	struct dfi_early *early;
+	struct dfi_evd *evd;
+	DAT_EVENT *evs;
 	int n;
 
 	fence_flush(ep);
+	n = dfi_dto_atomic_flush(ep, &evs, &evd);
+	for (int k = 0; k < n; k++)
+		dfi_evq_post(&evd->q, &evs[k]);
+	if (evd)
+		dfi_evq_unhold(&evd->q);
+	free(evs);
 	pthread_mutex_lock(&ep->hdr.ia->cm_lock);
 	pthread_mutex_lock(&ep->post_lock);
 	early = dfi_ep_early_take(ep, &n);
@@ -1239,11 +1247,13 @@ DAT_RETURN dfi_ep_post_atomic(DAT_EP_HANDLE h, bool cswap, DAT_UINT64 compare, D
 	struct dfi_dto_pool *pool;
 	struct dfi_dto *d;
 	DAT_RETURN rc = DAT_SUCCESS;
+	bool emul;
 	int i, err;
 
 	if (!ep)
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EP),
 				  "%p is not an EP handle", (void *)h);
+	emul = !dfi_fabric_limits(ep->hdr.ia->fab)->atomic;
 	if (!l)
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER,
 					  cswap ? DAT_INVALID_ARG4 : DAT_INVALID_ARG3),
@@ -1294,19 +1304,37 @@ DAT_RETURN dfi_ep_post_atomic(DAT_EP_HANDLE h, bool cswap, DAT_UINT64 compare, D
 	d->suppress = (flags & DAT_COMPLETION_SUPPRESS_FLAG) ||
 		      ((flags & DAT_COMPLETION_UNSIGNALLED_FLAG) &&
 		       (ep->attr.request_completion_flags & DAT_COMPLETION_UNSIGNALLED_FLAG));
-	pool->atom[i][0] = value;
-	pool->atom[i][1] = compare;
-	dfi_dto_order_take(d);
-	err = dfi_post_atomic(ep->fep, cswap ? DFI_ATOMIC_CSWAP : DFI_ATOMIC_FADD,
-			      &pool->atom[i][0], &pool->atom[i][1],
-			      (uint64_t *)(uintptr_t)l->virtual_address, NULL, r->virtual_address,
-			      r->rmr_context, d);
+	pool->atom[i].operand = value;
+	pool->atom[i].compare = compare;
+	if (emul) {
+		/* its outcome comes as a CM event (dfi_dto_atomic_done), not
+		 * from the CQ: no place among the CQ's completions */
+		uint64_t id = (uint64_t)++pool->atom_seq << 32 | (uint32_t)i;
+
+		pool->atom[i].id = id;
+		pool->atom[i].result = (uint64_t *)(uintptr_t)l->virtual_address;
+		err = dfi_post_atomic_emul(ep->fep, cswap ? DFI_ATOMIC_CSWAP : DFI_ATOMIC_FADD,
+					   value, compare, r->virtual_address, r->rmr_context, id);
+		if (err)
+			pool->atom[i].id = 0;
+	} else {
+		dfi_dto_order_take(d);
+		err = dfi_post_atomic(ep->fep, cswap ? DFI_ATOMIC_CSWAP : DFI_ATOMIC_FADD,
+				      &pool->atom[i].operand, &pool->atom[i].compare,
+				      (uint64_t *)(uintptr_t)l->virtual_address, NULL,
+				      r->virtual_address, r->rmr_context, d);
+		if (err)
+			dfi_dto_order_untake(d);
+	}
 	if (err) {
-		dfi_dto_order_untake(d);
 		dto_put(pool, i);
 		if (err == -EAGAIN)
 			rc = DFI_REJECT(DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_TEP),
-					"EP %p: libfabric queue full", (void *)ep);
+					"EP %p: %s queue full", (void *)ep,
+					emul ? "the control channel's" : "libfabric");
+		else if (err == -ENOTCONN)
+			rc = DFI_REJECT(DFI_ERR(DAT_INVALID_STATE, DAT_INVALID_STATE_EP_NOTREADY),
+					"EP %p: atomic: the connection ended", (void *)ep);
 		else
 			rc = DFI_REJECT(DFI_ERR(DAT_INTERNAL_ERROR, 0), "EP %p: atomic: %s",
 					(void *)ep, strerror(-err));
@@ -1415,4 +1443,98 @@ out:
 	if (rc == DAT_SUCCESS && ep->req_evd)
 		dfi_evq_touch(&ep->req_evd->q);
 	return rc;
+}
+
+/* ------------------------------------------------------- emulated atomics
+ * Where libfabric has no FI_ATOMIC, an RDM fabric carries an atomic over
+ * the connection's control channel (rdm/rcm.c), the target's progress
+ * applies it, and its outcome comes back as a CM event: the request's
+ * slot is completed here, not from the CQ.  An id names the slot and the
+ * post (atom_seq), so that a stale or forged answer matches nothing. */
+
+/* post_lock held: the slot of ep's atomic out with this id, or -1. */
+static int atom_slot(struct dfi_ep *ep, uint64_t id)
+{
+	struct dfi_dto_pool *p = ep->sendq;
+	uint32_t i = (uint32_t)id;
+
+	if (!p->atom || i >= (uint32_t)p->n || !id || p->atom[i].id != id)
+		return -1;
+	return (int)i;
+}
+
+/* post_lock held: the slot's event into *ev, and the slot free; whether
+ * the event is to be posted. */
+static bool atom_complete(struct dfi_ep *ep, int i, int err, DAT_EVENT *ev)
+{
+	struct dfi_dto_pool *p = ep->sendq;
+	struct dfi_dto *d = &p->d[i];
+	struct dfi_comp c = { .ctx = d, .err = err };
+	bool reported = dto_reported(d, &c);
+
+	p->atom[i].id = 0;
+	if (reported)
+		dto_event(d, &c, ev);
+	dto_complete(p, &i, 1, 0);	/* not from a CQ: no reap gives it back */
+	return reported;
+}
+
+struct dfi_evd *dfi_dto_atomic_done(struct dfi_ep *ep, const struct dfi_cm_event *e,
+				    DAT_EVENT *ev)
+{
+	struct dfi_evd *evd = NULL;
+	int i;
+
+	pthread_mutex_lock(&ep->post_lock);
+	i = atom_slot(ep, e->id);
+	if (i < 0) {
+		pthread_mutex_unlock(&ep->post_lock);
+		dfi_warn(DFI_SS_EP, "EP %p: an atomic's answer (id 0x%llx) for no atomic of its: "
+			 "dropped", (void *)ep, (unsigned long long)e->id);
+		return NULL;
+	}
+	if (!e->err)
+		*ep->sendq->atom[i].result = e->value;	/* the consumer's LMR segment */
+	else
+		dfi_dbg(DFI_SS_EP, "EP %p: emulated atomic refused by the peer: %s", (void *)ep,
+			strerror(e->err));
+	if (atom_complete(ep, i, e->err, ev) && ep->req_evd) {
+		evd = ep->req_evd;
+		dfi_evq_hold(&evd->q);
+	}
+	pthread_mutex_unlock(&ep->post_lock);
+	return evd;
+}
+
+int dfi_dto_atomic_flush(struct dfi_ep *ep, DAT_EVENT **evs, struct dfi_evd **evd)
+{
+	struct dfi_dto_pool *p;
+	int n = 0, out = 0;
+
+	*evs = NULL;
+	*evd = NULL;
+	pthread_mutex_lock(&ep->post_lock);
+	p = ep->sendq;
+	for (int i = 0; p->atom && i < p->n; i++)
+		n += p->atom[i].id != 0;
+	if (n && ep->req_evd)
+		*evs = malloc((size_t)n * sizeof(**evs));
+	for (int i = 0; n && p->atom && i < p->n; i++) {
+		DAT_EVENT ev;
+
+		if (!p->atom[i].id)
+			continue;
+		if (atom_complete(ep, i, ECANCELED, &ev) && *evs)
+			(*evs)[out++] = ev;
+	}
+	if (out) {
+		*evd = ep->req_evd;
+		dfi_evq_hold(&(*evd)->q);
+	}
+	pthread_mutex_unlock(&ep->post_lock);
+	if (!out) {
+		free(*evs);
+		*evs = NULL;
+	}
+	return out;
 }

@@ -139,7 +139,8 @@ DAT_RETURN dfi_ia_open(const DAT_NAME_PTR name, DAT_COUNT async_qlen,
 	ia->n_prov_attr = 7;
 	if (dfi_fabric_limits(ia->fab)->ud)	/* RDM IAs only (ud.c) */
 		ia->prov_attr[ia->n_prov_attr++] = (DAT_NAMED_ATTR){ DAT_IB_ATTR_UD, "TRUE" };
-	if (dfi_fabric_limits(ia->fab)->atomic) {	/* native only: absent on tcp */
+	if (dfi_fabric_limits(ia->fab)->atomic ||	/* absent on tcp's MSG IAs */
+	    dfi_fabric_limits(ia->fab)->atomic_emul) {
 		ia->prov_attr[ia->n_prov_attr++] =
 			(DAT_NAMED_ATTR){ DAT_IB_ATTR_FETCH_AND_ADD, "TRUE" };
 		ia->prov_attr[ia->n_prov_attr++] =

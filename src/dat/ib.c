@@ -3,11 +3,11 @@
  * header): the ops a consumer reaches through dat_extension_op when
  * dat_ia_query says extension_supported == DAT_EXTENSION_IB.
  *
- * Served: RDMA write with immediate data (dto.c, post_write_imm), native
- * atomics where the provider has them, UD endpoints on RDM IAs (ud.c), the
+ * Served: RDMA write with immediate data (dto.c, post_write_imm), atomics
+ * (native, or emulated on RDM IAs: dto.c), UD endpoints on RDM IAs (ud.c), the
  * counters of IAs, EPs and EVDs (counted where things happen), and the
  * open/close query by IA name.  Refused with DAT_NOT_IMPLEMENTED and a log
- * line: emulated atomics and the collectives (dapl-ofi(7)).
+ * line: atomics on MSG IAs without FI_ATOMIC, and the collectives.
  * docs/ib-extension.md says how and why.
  */
 #include "dfi.h"
@@ -213,10 +213,12 @@ DAT_RETURN dfi_ib_extension(DAT_HANDLE h, DAT_EXTENDED_OP op, va_list args)
 		const DAT_RMR_TRIPLET *r = va_arg(args, const DAT_RMR_TRIPLET *);
 		DAT_COMPLETION_FLAGS flags = va_arg(args, DAT_COMPLETION_FLAGS);
 
-		if (ep && !dfi_fabric_limits(ep->hdr.ia->fab)->atomic)
+		if (ep && !dfi_fabric_limits(ep->hdr.ia->fab)->atomic &&
+		    !dfi_fabric_limits(ep->hdr.ia->fab)->atomic_emul)
 			return DFI_REJECT(DFI_ERR(DAT_NOT_IMPLEMENTED, 0),
 					  "%s: libfabric provider '%s' has no FI_ATOMIC, and "
-					  "dapl-ofi has no emulation yet (dapl-ofi(7))", op_name(op),
+					  "dapl-ofi emulates them on reliable-datagram IAs only "
+					  "(dapl-ofi(7))", op_name(op),
 					  dfi_fabric_limits(ep->hdr.ia->fab)->prov_name);
 		/* compare-and-swap: a is the value compared, b the one swapped in */
 		return dfi_ep_post_atomic(h, cswap, cswap ? a : 0, cswap ? b : a, l, cookie, r,

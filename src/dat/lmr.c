@@ -41,9 +41,9 @@ static unsigned access_of(DAT_MEM_PRIV_FLAGS priv)
 	if (priv & DAT_MEM_PRIV_REMOTE_WRITE_FLAG)
 		a |= DFI_MR_REMOTE_WRITE;
 	/* a native atomic reads and writes the target (libfabric has no
-	 * access bit of its own for it) */
+	 * access bit of its own for it); an emulated one checks its own */
 	if (priv & DAT_IB_MEM_PRIV_REMOTE_ATOMIC)
-		a |= DFI_MR_REMOTE_READ | DFI_MR_REMOTE_WRITE;
+		a |= DFI_MR_REMOTE_READ | DFI_MR_REMOTE_WRITE | DFI_MR_REMOTE_ATOMIC;
 	return a;
 }
 

@@ -21,6 +21,7 @@ int dfi_fabric_open(const char *prov, const struct sockaddr_in *addr, const char
 		snprintf(err, errlen, "out of memory");
 		return -FI_ENOMEM;
 	}
+	pthread_mutex_init(&f->atomic_lock, NULL);
 	rc = dfi_fabric_getinfo(prov, addr, domain, kind, &f->info, err, errlen);
 	if (rc)
 		goto err_info;
@@ -74,6 +75,7 @@ err_fabric:
 	fi_close(&f->fabric->fid);
 err_info:
 	fi_freeinfo(f->info);
+	pthread_mutex_destroy(&f->atomic_lock);
 	free(f);
 	return rc;
 }
@@ -93,6 +95,7 @@ void dfi_fabric_close(struct dfi_fabric *f)
 	if (rc)
 		dfi_err(DFI_SS_FABRIC, "fi_close(fabric): %s", fi_strerror(-rc));
 	fi_freeinfo(f->info);
+	pthread_mutex_destroy(&f->atomic_lock);
 	free(f);
 }
 
@@ -292,4 +295,12 @@ void dfi_ah_free(struct dfi_ah *ah)
 {
 	if (ah)
 		ah->be->ah_free(ah);
+}
+
+int dfi_post_atomic_emul(struct dfi_fep *fep, enum dfi_atomic_op op, uint64_t operand,
+			 uint64_t compare, uint64_t raddr, uint32_t rkey, uint64_t id)
+{
+	if (!fep->be->post_atomic_emul)
+		return -ENOSYS;
+	return fep->be->post_atomic_emul(fep, op, operand, compare, raddr, rkey, id);
 }

@@ -31,6 +31,9 @@ struct dfi_fabric_limits {
 	size_t inject_size;		/* dfi_post_inject's limit (0: none) */
 	size_t cq_data_size;		/* bytes of remote CQ data a post may carry */
 	bool atomic;			/* FI_ATOMIC: dfi_post_atomic works */
+	/* no FI_ATOMIC, but dfi_post_atomic_emul works: the peer applies
+	 * it, its outcome a CM event (DFI_CM_ATOMIC_DONE) */
+	bool atomic_emul;
 	bool rdm;			/* the RDM backend serves it (docs/rdm.md) */
 	bool ud;			/* dfi_ud_connect and the rest work */
 	/* an endpoint's completions of one queue may come out of posted
@@ -74,6 +77,7 @@ const struct dfi_fabric_limits *dfi_fabric_limits(const struct dfi_fabric *f);
 #define DFI_MR_LOCAL_WRITE	0x2	/* target of receives and RDMA reads */
 #define DFI_MR_REMOTE_READ	0x4
 #define DFI_MR_REMOTE_WRITE	0x8
+#define DFI_MR_REMOTE_ATOMIC	0x10	/* a peer's emulated atomics may touch it */
 
 /* Register [addr, addr+len) for virtual-address RMA.  *key is the remote
  * key (fits DAT's 32-bit rmr_context, or -ERANGE). */
@@ -100,6 +104,7 @@ enum dfi_cm_type {
 	DFI_CM_SHUTDOWN,	/* ctx = the endpoint's */
 	DFI_CM_ERROR,		/* ctx = endpoint or listener; err = errno */
 	DFI_CM_UD_RESOLVED,	/* ctx = the UD handshake's; ah, qpn set */
+	DFI_CM_ATOMIC_DONE,	/* ctx = the endpoint's; id, err, value set */
 };
 
 struct dfi_cm_event {
@@ -110,6 +115,7 @@ struct dfi_cm_event {
 	bool ud;		/* CONNREQ: from a UD endpoint (dfi_ud_accept it) */
 	struct dfi_ah *ah;	/* UD_RESOLVED: the peer's, now the caller's */
 	uint32_t qpn;		/* UD_RESOLVED: the peer endpoint's number */
+	uint64_t id, value;	/* ATOMIC_DONE: the post's id, the old value */
 	size_t plen;
 	uint8_t pdata[DFI_PDATA_MAX];
 };
@@ -257,6 +263,14 @@ int dfi_post_atomic(struct dfi_fep *fep, enum dfi_atomic_op op, const uint64_t *
 		    uint64_t raddr, uint32_t rkey, void *ctx);
 int dfi_post_read(struct dfi_fep *fep, const struct dfi_sge *sg, int n, uint64_t raddr,
 		  uint32_t rkey, void *ctx);
+/* An emulated one (where the limits say atomic_emul): the operands go to
+ * the peer, which applies the operation to memory registered with
+ * DFI_MR_REMOTE_ATOMIC; no completion comes from a CQ, but a CM event,
+ * DFI_CM_ATOMIC_DONE with id: err 0 and the old value, or EACCES (no such
+ * key, range or right at the peer).  Not ordered with the endpoint's
+ * other posts.  0, -EAGAIN or -ENOTCONN. */
+int dfi_post_atomic_emul(struct dfi_fep *fep, enum dfi_atomic_op op, uint64_t operand,
+			 uint64_t compare, uint64_t raddr, uint32_t rkey, uint64_t id);
 
 /* ------------------------------------------------ unreliable datagrams
  * The IB extension's UD endpoints, where the limits say ud (the RDM

@@ -5,6 +5,7 @@
 #include "fabric.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <sys/types.h>
 #include <sys/uio.h>
@@ -85,6 +86,9 @@ struct dfi_backend {
 			   const uint64_t *compare, uint64_t *result, struct dfi_mr *result_mr,
 			   uint64_t raddr, uint32_t rkey, void *ctx);
 
+	int (*post_atomic_emul)(struct dfi_fep *fep, enum dfi_atomic_op op, uint64_t operand,
+				uint64_t compare, uint64_t raddr, uint32_t rkey, uint64_t id);
+
 	/* unreliable datagrams (NULL: not served) */
 	int (*ud_connect)(struct dfi_fep *ud, const struct sockaddr_in *dest, const void *pdata,
 			  size_t plen, void *ctx, struct dfi_fep **hs);
@@ -113,11 +117,27 @@ struct dfi_fabric {
 	struct fid_domain *domain;
 	struct dfi_fabric_limits lim;
 	atomic_uint next_key;		/* mr.c, without FI_MR_PROV_KEY */
+	/* the registrations a peer's emulated atomics may touch (mr.c) */
+	pthread_mutex_t atomic_lock;
+	struct dfi_mr *atomic_mrs;
 };
 
 struct dfi_mr {
 	struct fid_mr *mr;
+	/* registered with DFI_MR_REMOTE_ATOMIC: on the fabric's list */
+	struct dfi_fabric *f;
+	struct dfi_mr *next;
+	uintptr_t addr;
+	size_t len;
+	uint32_t key;
 };
+
+/* mr.c: a peer's emulated 8-byte atomic on this fabric's memory, applied
+ * if key names a registration with DFI_MR_REMOTE_ATOMIC holding
+ * [addr, addr + 8): 0 and the old value in *old, or EACCES (no such key,
+ * range or right) or EINVAL (not 8-byte aligned). */
+uint32_t dfi_mr_atomic(struct dfi_fabric *f, enum dfi_atomic_op op, uint64_t addr, uint32_t key,
+		       uint64_t operand, uint64_t compare, uint64_t *old);
 
 /* info.c: the fi_info dfi_fabric_open opens (see dfi_fabric_probe). */
 int dfi_fabric_getinfo(const char *prov, const struct sockaddr_in *addr, const char *domain,

@@ -3,6 +3,7 @@
 #include "util/log.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 
 int dfi_mr_reg(struct dfi_fabric *f, const void *addr, size_t len, unsigned access,
@@ -41,6 +42,16 @@ int dfi_mr_reg(struct dfi_fabric *f, const void *addr, size_t len, unsigned acce
 		return -ERANGE;
 	}
 	*key = (uint32_t)k;
+	if (access & DFI_MR_REMOTE_ATOMIC) {
+		m->f = f;
+		m->addr = (uintptr_t)addr;
+		m->len = len;
+		m->key = (uint32_t)k;
+		pthread_mutex_lock(&f->atomic_lock);
+		m->next = f->atomic_mrs;
+		f->atomic_mrs = m;
+		pthread_mutex_unlock(&f->atomic_lock);
+	}
 	*out = m;
 	return 0;
 }
@@ -51,8 +62,59 @@ void dfi_mr_dereg(struct dfi_mr *m)
 
 	if (!m)
 		return;
+	if (m->f) {	/* no peer's atomic touches it from now on */
+		pthread_mutex_lock(&m->f->atomic_lock);
+		for (struct dfi_mr **pp = &m->f->atomic_mrs; *pp; pp = &(*pp)->next)
+			if (*pp == m) {
+				*pp = m->next;
+				break;
+			}
+		pthread_mutex_unlock(&m->f->atomic_lock);
+	}
 	rc = fi_close(&m->mr->fid);
 	if (rc)
 		dfi_err(DFI_SS_FABRIC, "fi_close(mr): %s", fi_strerror(-rc));
 	free(m);
+}
+
+/*
+ * Emulated atomics (the IB extension's, where libfabric has none: docs/
+ * rdm.md): applied by the target's progress, under the fabric's lock, so
+ * that a registration cannot go in the middle; the operation itself is the
+ * CPU's, so it is atomic with respect to every other atomic on that memory,
+ * a local one's included.  A linear search: an IA registers few regions
+ * for remote atomics.
+ */
+uint32_t dfi_mr_atomic(struct dfi_fabric *f, enum dfi_atomic_op op, uint64_t addr, uint32_t key,
+		       uint64_t operand, uint64_t compare, uint64_t *old)
+{
+	uint32_t status = EACCES;
+
+	*old = 0;
+	if (addr & 7)
+		return EINVAL;
+	pthread_mutex_lock(&f->atomic_lock);
+	for (struct dfi_mr *m = f->atomic_mrs; m; m = m->next) {
+		_Atomic uint64_t *p;
+
+		if (m->key != key)
+			continue;
+		if (addr < m->addr || addr - m->addr > m->len || m->len - (addr - m->addr) < 8)
+			break;
+		p = (_Atomic uint64_t *)(uintptr_t)addr;
+		if (op == DFI_ATOMIC_FADD) {
+			*old = atomic_fetch_add_explicit(p, operand, memory_order_seq_cst);
+		} else {
+			uint64_t expected = compare;
+
+			atomic_compare_exchange_strong_explicit(p, &expected, operand,
+								memory_order_seq_cst,
+								memory_order_seq_cst);
+			*old = expected;	/* what was there, swapped or not */
+		}
+		status = 0;
+		break;
+	}
+	pthread_mutex_unlock(&f->atomic_lock);
+	return status;
 }

@@ -727,6 +727,72 @@ static void test_atomic_counter_4_peers(void **state)
 
 /* dat_ib_open_query / dat_ib_close_query: an IA opened by name only to be
  * queried, and closed. */
+/* Emulated atomics (an RDM IA whose provider has no FI_ATOMIC: net,
+ * tcp;ofi_rxm): the target refuses a key it does not know, a range
+ * beyond the region and a region registered without
+ * DAT_IB_MEM_PRIV_REMOTE_ATOMIC, each reported to the origin as a remote
+ * access error with the memory untouched; the connection lives on. */
+static void test_atomics_emulated_refused(void **state)
+{
+	struct pair *p = *state;
+	DAT_LMR_TRIPLET l = seg(&p->c, 64, 8);
+	DAT_RMR_TRIPLET r = rseg(&p->s, 8192, 8);
+	DAT_REGION_DESCRIPTION region;
+	DAT_LMR_HANDLE plain;
+	DAT_LMR_CONTEXT plctx;
+	DAT_RMR_CONTEXT prctx;
+	DAT_VLEN plen;
+	DAT_VADDR paddr;
+	const char *ep_kind = prov_attr(p->c.ia, DAPL_OFI_ATTR_ENDPOINT);
+	const char *fab = prov_attr(p->c.ia, DAPL_OFI_ATTR_FABRIC);
+	uint8_t *mem;
+
+	if (!prov_attr(p->c.ia, DAT_IB_ATTR_FETCH_AND_ADD) || !ep_kind ||
+	    strcmp(ep_kind, "rdm") != 0 || !fab || strncmp(fab, "shm", 3) == 0)
+		skip();
+	watchdog("test_atomics_emulated_refused", 30);
+	establish(p);
+	mem = aligned_alloc(4096, 4096);
+	assert_non_null(mem);
+	memset(mem, 0, 4096);
+	memset(&region, 0, sizeof(region));
+	region.for_va = mem;
+	assert_ok(dat_lmr_create(p->s.ia, DAT_MEM_TYPE_VIRTUAL, region, 4096, p->s.pz,
+				 DAT_MEM_PRIV_ALL_FLAG, DAT_VA_TYPE_VA, &plain, &plctx, &prctx,
+				 &plen, &paddr));
+	*u64_at(&p->s, 8192) = 5;
+	for (int k = 0; k < 3; k++) {
+		DAT_RMR_TRIPLET bad = r;
+		DAT_EVENT ev;
+		const DAT_DTO_COMPLETION_EVENT_DATA *d = &ev.event_data.dto_completion_event_data;
+
+		if (k == 0)
+			bad.rmr_context = p->s.rctx + 1000;		/* no such key */
+		else if (k == 1)
+			bad.virtual_address = p->s.reg_addr + BUF_LEN;	/* past the region */
+		else
+			bad = (DAT_RMR_TRIPLET){ .rmr_context = prctx, .virtual_address = paddr,
+						 .segment_length = 8 };	/* no atomic right */
+		assert_ok(dat_ib_post_fetch_and_add(p->c.ep, 1, &l, ck(40 + (uint64_t)k), &bad,
+						    DAT_COMPLETION_DEFAULT_FLAG));
+		assert_ok(wait_ev(p->c.req, 5000, &ev));
+		assert_int_equal(ev.event_number, DAT_IB_DTO_EVENT);
+		assert_int_equal(d->user_cookie.as_64, 40 + (uint64_t)k);
+		assert_int_equal(d->status, DAT_DTO_ERR_REMOTE_ACCESS);
+	}
+	assert_int_equal(*(uint64_t *)(void *)mem, 0);
+	assert_int_equal(*u64_at(&p->s, 8192), 5);
+	/* and a good one still works */
+	assert_ok(dat_ib_post_fetch_and_add(p->c.ep, 2, &l, ck(50), &r,
+					    DAT_COMPLETION_DEFAULT_FLAG));
+	expect_ib_dto(p->c.req, p->c.ep, DAT_IB_FETCH_AND_ADD, 50, 8, 0, "fetch and add");
+	assert_int_equal(*u64_at(&p->c, 64), 5);
+	assert_int_equal(*u64_at(&p->s, 8192), 7);
+	assert_ok(dat_lmr_free(plain));
+	free(mem);
+	alarm(0);
+}
+
 static void test_open_close_query(void **state)
 {
 	DAT_IA_HANDLE ia = DAT_HANDLE_NULL;
@@ -1054,6 +1120,8 @@ int main(int argc, char **argv)
 		cmocka_unit_test_setup_teardown(test_not_implemented, pair_setup, pair_teardown),
 		cmocka_unit_test_setup_teardown(test_atomics, pair_setup, pair_teardown),
 		cmocka_unit_test_setup_teardown(test_atomic_counter_4_peers, pair_setup,
+						pair_teardown),
+		cmocka_unit_test_setup_teardown(test_atomics_emulated_refused, pair_setup,
 						pair_teardown),
 		cmocka_unit_test(test_open_close_query),
 		cmocka_unit_test_setup_teardown(test_ud_refused, pair_setup, pair_teardown),

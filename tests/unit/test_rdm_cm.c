@@ -485,6 +485,91 @@ static void test_many(void **state)
 	dfi_rcm_unlisten(lis);
 }
 
+/* B's memory for A's emulated atomics: one word, key 77. */
+static uint64_t served_word;
+
+static uint32_t serve(void *arg, uint8_t op, uint64_t addr, uint32_t key, uint64_t operand,
+		      uint64_t compare, uint64_t *old)
+{
+	(void)arg;
+	if (key != 77 || addr != (uint64_t)(uintptr_t)&served_word)
+		return EACCES;
+	*old = served_word;
+	if (op == DFI_RDM_ATOMIC_FADD)
+		served_word += operand;
+	else if (served_word == compare)
+		served_word = operand;
+	return 0;
+}
+
+/* A UD request says so; 300 atomics asked at once all come back, each
+ * old value once, though the answers outnumber the event queue (held, not
+ * dropped); a refused one says why; none goes on a connection not up. */
+static void test_atomics_and_ud_flag(void **state)
+{
+	struct cms *c = *state;
+	struct dfi_rcm_lis *lis;
+	struct dfi_rcm_conn *ca, *cb;
+	struct dfi_rcm_end ea = end(3, 4, 16), eb = end(5, 6, 16);
+	struct dfi_rcm_event *e;
+	static struct seen big;
+	uint8_t got[300] = { 0 };
+	uint64_t addr = (uint64_t)(uintptr_t)&served_word;
+	uint16_t port;
+	int n = 0;
+
+	reset_seen();
+	ea.ud = true;
+	served_word = 0;
+	dfi_rcm_serve_atomics(c->b, serve, NULL);
+	assert_int_equal(dfi_rcm_listen(c->b, 0, LIS_CTX, &lis, &port), 0);
+	struct sockaddr_in dest = lo(port);
+	assert_int_equal(dfi_rcm_connect(c->a, &dest, port, &ea, NULL, 0, A_CTX, &ca), 0);
+	assert_int_equal(dfi_rcm_atomic(ca, DFI_RDM_ATOMIC_FADD, 1, addr, 77, 1, 0), -ENOTCONN);
+	drive(c, &sa, &sb, 2000, b_has_req);
+	e = first(&sb, DFI_RCM_CONNREQ);
+	assert_non_null(e);
+	assert_true(e->remote.ud);
+	cb = e->conn;
+	assert_int_equal(dfi_rcm_accept(cb, &eb, NULL, 0, B_CTX), 0);
+	drive(c, &sa, &sb, 2000, both_up);
+
+	for (uint64_t i = 0; i < 300; i++)
+		assert_int_equal(dfi_rcm_atomic(ca, DFI_RDM_ATOMIC_FADD, 1000 + i, addr, 77, 1, 0),
+				 0);
+	assert_int_equal(dfi_rcm_atomic(ca, DFI_RDM_ATOMIC_CSWAP, 2000, addr, 78, 1, 0), 0);
+	memset(&big, 0, sizeof(big));
+	for (uint64_t end_ms = ms_now() + 5000; n < 301 && ms_now() < end_ms;) {
+		struct dfi_rcm_event ev;
+
+		if (!next_event(c, c->a, &ev, 50)) {
+			struct dfi_rcm_event evb;
+
+			while (dfi_rcm_read(c->b, &evb) == 1)
+				;
+			continue;
+		}
+		assert_int_equal(ev.type, DFI_RCM_ATOMICREP);
+		assert_ptr_equal(ev.ctx, A_CTX);
+		if (ev.id == 2000) {
+			assert_int_equal(ev.err, EACCES);
+		} else {
+			assert_true(ev.id >= 1000 && ev.id < 1300);
+			assert_int_equal(ev.err, 0);
+			assert_true(ev.value < 300);
+			assert_int_equal(got[ev.value], 0);
+			got[ev.value] = 1;
+		}
+		n++;
+	}
+	assert_int_equal(n, 301);
+	assert_int_equal(served_word, 300);
+	dfi_rcm_serve_atomics(c->b, NULL, NULL);
+	dfi_rcm_conn_free(ca);
+	dfi_rcm_conn_free(cb);
+	dfi_rcm_unlisten(lis);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -495,6 +580,7 @@ int main(void)
 		cmocka_unit_test(test_hostile_requests),
 		cmocka_unit_test(test_bad_arguments),
 		cmocka_unit_test(test_many),
+		cmocka_unit_test(test_atomics_and_ud_flag),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);

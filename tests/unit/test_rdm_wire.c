@@ -53,6 +53,23 @@ static struct dfi_rdm_msg sample(enum dfi_rdm_type t)
 		m.dst_gen = 5;
 		m.rmr = 0xdeadbeef;
 		break;
+	case DFI_RDM_ATOMIC:
+		m.dst_id = 6;
+		m.dst_gen = 7;
+		m.op = DFI_RDM_ATOMIC_CSWAP;
+		m.id = 0x0000000500000003ull;
+		m.addr64 = 0x7f0000002008ull;
+		m.rmr = 0x1234;
+		m.operand = 0x98765;
+		m.compare = 0x12345;
+		break;
+	case DFI_RDM_ATOMICREP:
+		m.dst_id = 8;
+		m.dst_gen = 9;
+		m.id = 0x0000000500000003ull;
+		m.status = 13;
+		m.value = 0xffffffffffffffffull;
+		break;
 	case DFI_RDM_KEYREP:
 		m.rmr = 0xdeadbeef;
 		m.status = 0;
@@ -150,6 +167,10 @@ static void e_rtu_pad(uint8_t *b, ssize_t *n) { b[DFI_RDM_HDR_LEN + 14] = 1; (vo
 static void e_gen(uint8_t *b, ssize_t *n) { b[DFI_RDM_HDR_LEN + 5] = 0x40; (void)n; }
 static void e_req_pad(uint8_t *b, ssize_t *n) { b[DFI_RDM_HDR_LEN + 27] = 1; (void)n; }
 static void e_rtu_long(uint8_t *b, ssize_t *n) { set_u32(b + 8, 20); *n += 4; }
+static void e_atomic_op(uint8_t *b, ssize_t *n) { b[DFI_RDM_HDR_LEN + 6] = 3; (void)n; }
+static void e_atomic_pad(uint8_t *b, ssize_t *n) { b[DFI_RDM_HDR_LEN + 29] = 1; (void)n; }
+static void e_fadd_cmp(uint8_t *b, ssize_t *n) { b[DFI_RDM_HDR_LEN + 6] = DFI_RDM_ATOMIC_FADD; (void)n; }
+static void e_arep_pad(uint8_t *b, ssize_t *n) { b[DFI_RDM_HDR_LEN + 21] = 1; (void)n; }
 
 static void test_bad_input_refused(void **state)
 {
@@ -172,6 +193,10 @@ static void test_bad_input_refused(void **state)
 	expect_bad(sample(DFI_RDM_RTU), e_rtu_pad, "reserved");
 	expect_bad(sample(DFI_RDM_RTU), e_gen, "14 bits");
 	expect_bad(sample(DFI_RDM_RTU), e_rtu_long, "longer");
+	expect_bad(sample(DFI_RDM_ATOMIC), e_atomic_op, "unknown atomic op");
+	expect_bad(sample(DFI_RDM_ATOMIC), e_atomic_pad, "reserved");
+	expect_bad(sample(DFI_RDM_ATOMIC), e_fadd_cmp, "compare value");
+	expect_bad(sample(DFI_RDM_ATOMICREP), e_arep_pad, "reserved");
 }
 
 /* What cannot be encoded is refused, not truncated. */
@@ -198,6 +223,9 @@ static void test_encode_limits(void **state)
 	assert_int_equal(dfi_rdm_encode(&m, buf, sizeof(buf)), -EINVAL);
 	m = sample(DFI_RDM_REP);
 	m.flags = DFI_RDM_REQ_UD;
+	assert_int_equal(dfi_rdm_encode(&m, buf, sizeof(buf)), -EINVAL);
+	m = sample(DFI_RDM_ATOMIC);
+	m.op = 0;
 	assert_int_equal(dfi_rdm_encode(&m, buf, sizeof(buf)), -EINVAL);
 	m = sample(DFI_RDM_REQ);
 	assert_int_equal(dfi_rdm_encode(&m, buf, 100), -ENOSPC);

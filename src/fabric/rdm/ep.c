@@ -18,6 +18,13 @@
 
 /* ------------------------------------------------------------- the fabric */
 
+static uint32_t rdm_serve_atomic(void *arg, uint8_t op, uint64_t addr, uint32_t key,
+				 uint64_t operand, uint64_t compare, uint64_t *old)
+{
+	return dfi_mr_atomic(arg, op == DFI_RDM_ATOMIC_CSWAP ? DFI_ATOMIC_CSWAP : DFI_ATOMIC_FADD,
+			     addr, key, operand, compare, old);
+}
+
 static int rdm_open(struct dfi_fabric *f, const struct sockaddr_in *addr, char *err,
 		    size_t errlen)
 {
@@ -59,6 +66,10 @@ static int rdm_open(struct dfi_fabric *f, const struct sockaddr_in *addr, char *
 			 strerror(-rc));
 		goto err_av;
 	}
+	/* the IB extension's atomics without FI_ATOMIC: over the control
+	 * channel, applied by the target's progress (docs/rdm.md, section 8) */
+	dfi_rcm_serve_atomics(rf->cm, rdm_serve_atomic, f);
+	f->lim.atomic_emul = !f->lim.atomic;
 	f->priv = rf;
 	return 0;
 err_av:
@@ -539,6 +550,13 @@ static bool translate(struct rdm_fabric *rf, struct dfi_rcm_event *r, struct dfi
 		ev->ctx = e->ctx;
 		ev->err = ECONNRESET;
 		break;
+	case DFI_RCM_ATOMICREP:
+		ev->type = DFI_CM_ATOMIC_DONE;
+		ev->ctx = e->ctx;
+		ev->id = r->id;
+		ev->err = r->err;
+		ev->value = r->value;
+		return true;
 	case DFI_RCM_BROKEN:
 		rdm_conn_gone(e);
 		ev->ctx = e->ctx;
@@ -870,6 +888,7 @@ const struct dfi_backend dfi_rdm_backend = {
 	.post_read = dfi_rdm_post_read,
 	.post_senddata = dfi_rdm_post_senddata,
 	.post_atomic = dfi_rdm_post_atomic,
+	.post_atomic_emul = dfi_rdm_post_atomic_emul,
 	.ud_connect = dfi_rdm_ud_connect,
 	.ud_accept = dfi_rdm_ud_accept,
 	.post_send_ud = dfi_rdm_post_send_ud,

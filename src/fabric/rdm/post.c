@@ -158,6 +158,22 @@ int dfi_rdm_post_atomic(struct dfi_fep *fe, enum dfi_atomic_op op, const uint64_
 			    ctx));
 }
 
+/* An emulated atomic: the request travels the connection's control
+ * channel (rcm.c), and its answer comes back as a CM event. */
+int dfi_rdm_post_atomic_emul(struct dfi_fep *fe, enum dfi_atomic_op op, uint64_t operand,
+			     uint64_t compare, uint64_t raddr, uint32_t rkey, uint64_t id)
+{
+	struct rdm_fep *e = RDM_FEP(fe);
+	int rc = -ENOTCONN;
+
+	pthread_mutex_lock(&e->rf->lock);
+	if (e->conn && e->established)
+		rc = dfi_rcm_atomic(e->conn, op == DFI_ATOMIC_CSWAP ? DFI_RDM_ATOMIC_CSWAP :
+				    DFI_RDM_ATOMIC_FADD, id, raddr, rkey, operand, compare);
+	pthread_mutex_unlock(&e->rf->lock);
+	return rc;
+}
+
 /* A UD endpoint's send (ud.c): to the handle's endpoint and tag, which a
  * receive posted there matches as one of its connection's would. */
 int dfi_rdm_post_send_ud(struct dfi_fep *fe, const struct dfi_ah *ah, const struct dfi_sge *sg,

@@ -58,6 +58,9 @@ struct dfi_rcm_conn {
 	struct dfi_rcm_end self, peer;
 	struct sockaddr_in from;
 	struct dfi_rdm_msg req;		/* DELIVERED: the request, for its event */
+	/* rx holds whole messages left for when the event queue has room
+	 * (on_readable): the socket may have nothing more to wake us for */
+	bool rx_held;
 	size_t rx_len, tx_len, tx_off;
 	uint8_t rx[DFI_RDM_MSG_MAX];
 	uint8_t tx[2 * DFI_RDM_MSG_MAX];
@@ -82,6 +85,10 @@ struct dfi_rcm {
 	unsigned timeout_ms;
 	uint64_t instance;
 	struct dfi_rcm_conn conns;	/* list head: every connection */
+	int n_held;			/* connections with rx_held */
+	/* the emulated atomics this IA serves (dfi_rcm_serve_atomics) */
+	dfi_rcm_atomic_fn atomic_fn;
+	void *atomic_arg;
 	unsigned evq_head, evq_n;
 	struct dfi_rcm_event evq[EVQ_LEN];
 };
@@ -195,6 +202,10 @@ static struct dfi_rcm_conn *conn_new(struct dfi_rcm *cm, int fd)
 /* The socket goes (the object stays, for its owner to free). */
 static void conn_close_sock(struct dfi_rcm_conn *c)
 {
+	if (c->rx_held) {	/* what it held is not for anyone now */
+		c->rx_held = false;
+		c->cm->n_held--;
+	}
 	if (c->s.fd >= 0) {
 		epoll_ctl(c->cm->epfd, EPOLL_CTL_DEL, c->s.fd, NULL);
 		close(c->s.fd);
@@ -327,6 +338,30 @@ static void protocol_error(struct dfi_rcm_conn *c, const char *what)
 		conn_end(c, DFI_RCM_BROKEN, EPROTO);
 }
 
+/* A peer's emulated atomic, applied now and answered (docs/rdm.md): the
+ * IA's own serving function checks the key, the range and the right. */
+static bool on_atomic(struct dfi_rcm_conn *c, const struct dfi_rdm_msg *m)
+{
+	struct dfi_rcm *cm = c->cm;
+	struct dfi_rdm_msg r;
+
+	memset(&r, 0, sizeof(r));
+	r.type = DFI_RDM_ATOMICREP;
+	r.dst_id = c->peer.id;
+	r.dst_gen = c->peer.gen;
+	r.id = m->id;
+	r.status = cm->atomic_fn ?
+		   cm->atomic_fn(cm->atomic_arg, m->op, m->addr64, m->rmr, m->operand, m->compare,
+				 &r.value) :
+		   ENOSYS;
+	if (send_msg(c, &r)) {
+		/* the peer reads none of its answers: it would wait for ever */
+		conn_end(c, DFI_RCM_BROKEN, ECONNRESET);
+		return false;
+	}
+	return true;
+}
+
 /* One whole message on c.  false: c is gone or ended. */
 static bool on_msg(struct dfi_rcm_conn *c, const struct dfi_rdm_msg *m)
 {
@@ -396,6 +431,17 @@ static bool on_msg(struct dfi_rcm_conn *c, const struct dfi_rdm_msg *m)
 			conn_end(c, DFI_RCM_DISCONNECTED, 0);
 			return false;
 		}
+		if (m->type == DFI_RDM_ATOMIC)
+			return on_atomic(c, m);
+		if (m->type == DFI_RDM_ATOMICREP) {
+			e = ev_new(c->cm, DFI_RCM_ATOMICREP, c);
+			if (e) {
+				e->id = m->id;
+				e->err = (int)m->status;
+				e->value = m->value;
+			}
+			return true;
+		}
 		break;
 	default:
 		break;
@@ -441,12 +487,58 @@ static void on_sock_end(struct dfi_rcm_conn *c, int err)
 	}
 }
 
+static void held(struct dfi_rcm_conn *c, bool on)
+{
+	if (on && c->s.fd < 0)
+		on = false;	/* closed: nothing of it is read any more */
+	if (c->rx_held != on)
+		c->cm->n_held += on ? 1 : -1;
+	c->rx_held = on;
+}
+
+/* The whole messages in c->rx.  false: c is gone or ended, or its next
+ * message waits for room in the event queue (a peer's stream of atomic
+ * answers can outrun the consumer: none is dropped, rx_held). */
+static bool on_rx(struct dfi_rcm_conn *c)
+{
+	if (c->s.fd < 0)
+		return false;	/* ended: its socket is closed */
+	for (;;) {
+		struct dfi_rdm_msg m;
+		const char *why;
+		ssize_t used;
+
+		if (c->cm->evq_n + 2 >= EVQ_LEN) {	/* room for its end too */
+			held(c, c->rx_len > 0);
+			return false;
+		}
+		used = dfi_rdm_decode(c->rx, c->rx_len, &m, &why);
+		if (used < 0) {
+			held(c, false);
+			protocol_error(c, why);
+			return false;
+		}
+		if (used == 0) {
+			held(c, false);
+			return true;
+		}
+		memmove(c->rx, c->rx + used, c->rx_len - (size_t)used);
+		c->rx_len -= (size_t)used;
+		if (!on_msg(c, &m))
+			return false;	/* c may be freed: its close cleared rx_held */
+	}
+}
+
 static void on_readable(struct dfi_rcm_conn *c)
 {
 	for (;;) {
-		ssize_t n = recv(c->s.fd, c->rx + c->rx_len, sizeof(c->rx) - c->rx_len,
-				 MSG_DONTWAIT);
+		ssize_t n;
 
+		if (!on_rx(c))
+			return;
+		/* a whole message always fits: a full buffer that is not one
+		 * was refused by the decoder */
+		n = recv(c->s.fd, c->rx + c->rx_len, sizeof(c->rx) - c->rx_len, MSG_DONTWAIT);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
@@ -456,24 +548,6 @@ static void on_readable(struct dfi_rcm_conn *c)
 			return;
 		}
 		c->rx_len += (size_t)n;
-		for (;;) {
-			struct dfi_rdm_msg m;
-			const char *why;
-			ssize_t used = dfi_rdm_decode(c->rx, c->rx_len, &m, &why);
-
-			if (used < 0) {
-				protocol_error(c, why);
-				return;
-			}
-			if (used == 0)
-				break;
-			memmove(c->rx, c->rx + used, c->rx_len - (size_t)used);
-			c->rx_len -= (size_t)used;
-			if (!on_msg(c, &m))
-				return;
-		}
-		/* a whole message always fits: a full buffer that is not one
-		 * was refused by the decoder */
 	}
 }
 
@@ -657,6 +731,15 @@ int dfi_rcm_read(struct dfi_rcm *cm, struct dfi_rcm_event *ev)
 			*ev = *e;
 			return 1;
 		}
+		/* messages held for room, which the queue has now */
+		for (struct dfi_rcm_conn *c = cm->conns.next, *next; cm->n_held && c != &cm->conns;
+		     c = next) {
+			next = c->next;		/* on_rx may free c */
+			if (c->rx_held)
+				on_rx(c);
+		}
+		if (cm->evq_n)
+			continue;
 		n = epoll_wait(cm->epfd, evs, 16, 0);
 		if (n < 0)
 			return errno == EINTR ? 0 : -errno;
@@ -879,6 +962,40 @@ int dfi_rcm_confirm(struct dfi_rcm_conn *c)
 	}
 	c->state = C_ESTABLISHED;
 	return 0;
+}
+
+void dfi_rcm_serve_atomics(struct dfi_rcm *cm, dfi_rcm_atomic_fn fn, void *arg)
+{
+	cm->atomic_fn = fn;
+	cm->atomic_arg = arg;
+}
+
+int dfi_rcm_atomic(struct dfi_rcm_conn *c, uint8_t op, uint64_t id, uint64_t addr,
+		   uint32_t key, uint64_t operand, uint64_t compare)
+{
+	struct dfi_rdm_msg m;
+
+	if (c->state != C_ESTABLISHED)
+		return -ENOTCONN;
+	memset(&m, 0, sizeof(m));
+	m.type = DFI_RDM_ATOMIC;
+	m.dst_id = c->peer.id;
+	m.dst_gen = c->peer.gen;
+	m.op = op;
+	m.id = id;
+	m.addr64 = addr;
+	m.rmr = key;
+	m.operand = operand;
+	m.compare = op == DFI_RDM_ATOMIC_CSWAP ? compare : 0;
+	switch (send_msg(c, &m)) {
+	case 0:
+		return 0;
+	case -ENOSPC:
+		return -EAGAIN;		/* the peer reads slower than we ask */
+	default:
+		conn_end(c, DFI_RCM_BROKEN, ECONNRESET);
+		return -ENOTCONN;
+	}
 }
 
 int dfi_rcm_disconnect(struct dfi_rcm_conn *c)

@@ -39,6 +39,7 @@ enum dfi_rcm_ev_type {
 	DFI_RCM_BROKEN,		/* err: the kernel gave up (ETIMEDOUT), the connect
 				 * failed (ECONNREFUSED: nobody listens), or the peer
 				 * broke the protocol (EPROTO) */
+	DFI_RCM_ATOMICREP,	/* an answer to dfi_rcm_atomic: id, err, value */
 };
 
 struct dfi_rcm_event {
@@ -51,6 +52,7 @@ struct dfi_rcm_event {
 	uint64_t qual;			/* CONNREQ: the qualifier it asked for */
 	uint64_t ia;			/* CONNREQ, ESTABLISHED: the peer IA's instance */
 	struct dfi_rcm_end remote;	/* CONNREQ, ESTABLISHED (connecting side) */
+	uint64_t id, value;		/* ATOMICREP */
 	size_t plen;			/* CONNREQ, ESTABLISHED, REJECTED */
 	uint8_t pdata[DFI_RDM_PDATA_MAX];
 };
@@ -96,6 +98,17 @@ int dfi_rcm_confirm(struct dfi_rcm_conn *c);
 /* Ask the peer to disconnect: DISCONNECTED follows (its DREP, or its
  * socket's end).  -ENOTCONN if not established. */
 int dfi_rcm_disconnect(struct dfi_rcm_conn *c);
+/* Emulated 8-byte atomics (docs/rdm.md): an IA serves its peers' with fn,
+ * which applies one to its memory and returns 0 or a positive errno (the
+ * answer's status), the old value in *old.  Called inside dfi_rcm_read. */
+typedef uint32_t (*dfi_rcm_atomic_fn)(void *arg, uint8_t op, uint64_t addr, uint32_t key,
+				      uint64_t operand, uint64_t compare, uint64_t *old);
+void dfi_rcm_serve_atomics(struct dfi_rcm *cm, dfi_rcm_atomic_fn fn, void *arg);
+/* Ask the peer of an established connection to apply one (op: DFI_RDM_
+ * ATOMIC_*); ATOMICREP with id follows, or the connection's end.  0,
+ * -EAGAIN (the peer is not reading) or -ENOTCONN. */
+int dfi_rcm_atomic(struct dfi_rcm_conn *c, uint8_t op, uint64_t id, uint64_t addr,
+		   uint32_t key, uint64_t operand, uint64_t compare);
 /* Close and free: no event for c after this one (queued ones are
  * dropped). */
 void dfi_rcm_conn_free(struct dfi_rcm_conn *c);

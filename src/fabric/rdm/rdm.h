@@ -172,5 +172,7 @@ int dfi_rdm_post_senddata(struct dfi_fep *e, const struct dfi_sge *sg, int n, ui
 int dfi_rdm_post_atomic(struct dfi_fep *e, enum dfi_atomic_op op, const uint64_t *operand,
 			const uint64_t *compare, uint64_t *result, struct dfi_mr *result_mr,
 			uint64_t raddr, uint32_t rkey, void *ctx);
+int dfi_rdm_post_atomic_emul(struct dfi_fep *e, enum dfi_atomic_op op, uint64_t operand,
+			     uint64_t compare, uint64_t raddr, uint32_t rkey, uint64_t id);
 
 #endif

@@ -11,12 +11,14 @@
 static const uint32_t fixed_len[DFI_RDM_TYPE_END] = {
 	[DFI_RDM_REQ] = 28, [DFI_RDM_REP] = 24, [DFI_RDM_REJ] = 12, [DFI_RDM_RTU] = 16,
 	[DFI_RDM_DREQ] = 16, [DFI_RDM_DREP] = 16, [DFI_RDM_KEY] = 16, [DFI_RDM_KEYREP] = 24,
+	[DFI_RDM_ATOMIC] = 48, [DFI_RDM_ATOMICREP] = 32,
 };
 
 static const char *const type_names[DFI_RDM_TYPE_END] = {
 	[DFI_RDM_REQ] = "REQ", [DFI_RDM_REP] = "REP", [DFI_RDM_REJ] = "REJ",
 	[DFI_RDM_RTU] = "RTU", [DFI_RDM_DREQ] = "DREQ", [DFI_RDM_DREP] = "DREP",
 	[DFI_RDM_KEY] = "KEY", [DFI_RDM_KEYREP] = "KEYREP",
+	[DFI_RDM_ATOMIC] = "ATOMIC", [DFI_RDM_ATOMICREP] = "ATOMICREP",
 };
 
 const char *dfi_rdm_type_name(unsigned type)
@@ -54,7 +56,9 @@ ssize_t dfi_rdm_encode(const struct dfi_rdm_msg *m, void *buf, size_t cap)
 	if (m->type <= 0 || m->type >= DFI_RDM_TYPE_END || m->addr_len > DFI_RDM_ADDR_MAX ||
 	    m->plen > DFI_RDM_PDATA_MAX || m->src_gen > GEN_MAX || m->dst_gen > GEN_MAX ||
 	    (m->flags & ~DFI_RDM_REQ_FLAGS) || (m->flags && m->type != DFI_RDM_REQ) ||
-	    (m->type == DFI_RDM_REJ && (m->reason == 0 || m->reason >= DFI_RDM_REJ_END)))
+	    (m->type == DFI_RDM_REJ && (m->reason == 0 || m->reason >= DFI_RDM_REJ_END)) ||
+	    (m->type == DFI_RDM_ATOMIC && m->op != DFI_RDM_ATOMIC_FADD &&
+	     m->op != DFI_RDM_ATOMIC_CSWAP))
 		return -EINVAL;
 	n = body_len(m);
 	if (cap < DFI_RDM_HDR_LEN + (size_t)n)
@@ -113,6 +117,23 @@ ssize_t dfi_rdm_encode(const struct dfi_rdm_msg *m, void *buf, size_t cap)
 		put32(b + 4, m->status);
 		put64(b + 8, m->base);
 		put64(b + 16, m->key);
+		break;
+	case DFI_RDM_ATOMIC:
+		put32(b, m->dst_id);
+		put16(b + 4, m->dst_gen);
+		b[6] = m->op;
+		put64(b + 8, m->id);
+		put64(b + 16, m->addr64);
+		put32(b + 24, m->rmr);
+		put64(b + 32, m->operand);
+		put64(b + 40, m->compare);
+		break;
+	case DFI_RDM_ATOMICREP:
+		put32(b, m->dst_id);
+		put16(b + 4, m->dst_gen);
+		put64(b + 8, m->id);
+		put32(b + 16, m->status);
+		put64(b + 24, m->value);
 		break;
 	default:
 		return -EINVAL;
@@ -221,6 +242,31 @@ ssize_t dfi_rdm_decode(const void *buf, size_t len, struct dfi_rdm_msg *m, const
 		m->status = get32(b + 4);
 		m->base = get64(b + 8);
 		m->key = get64(b + 16);
+		break;
+	case DFI_RDM_ATOMIC:
+		m->dst_id = get32(b);
+		m->dst_gen = get16(b + 4);
+		m->op = b[6];
+		m->id = get64(b + 8);
+		m->addr64 = get64(b + 16);
+		m->rmr = get32(b + 24);
+		m->operand = get64(b + 32);
+		m->compare = get64(b + 40);
+		if (b[7] || get32(b + 28))
+			BAD("reserved bytes set");
+		if (m->op != DFI_RDM_ATOMIC_FADD && m->op != DFI_RDM_ATOMIC_CSWAP)
+			BAD("unknown atomic op");
+		if (m->op == DFI_RDM_ATOMIC_FADD && m->compare)
+			BAD("a fetch-and-add with a compare value");
+		break;
+	case DFI_RDM_ATOMICREP:
+		m->dst_id = get32(b);
+		m->dst_gen = get16(b + 4);
+		m->id = get64(b + 8);
+		m->status = get32(b + 16);
+		m->value = get64(b + 24);
+		if (get16(b + 6) || get32(b + 20))
+			BAD("reserved bytes set");
 		break;
 	}
 	if (m->src_gen > GEN_MAX || m->dst_gen > GEN_MAX)

@@ -30,6 +30,8 @@ enum dfi_rdm_type {
 	DFI_RDM_DREP,		/* disconnect done */
 	DFI_RDM_KEY,		/* what base an RMR context has (no FI_MR_VIRT_ADDR) */
 	DFI_RDM_KEYREP,
+	DFI_RDM_ATOMIC,		/* an emulated 8-byte atomic on the receiver's memory */
+	DFI_RDM_ATOMICREP,	/* its outcome: a status and the old value */
 	DFI_RDM_TYPE_END
 };
 
@@ -46,6 +48,9 @@ enum dfi_rdm_reason {		/* REJ */
 #define DFI_RDM_REQ_UD		0x1u
 #define DFI_RDM_REQ_FLAGS	DFI_RDM_REQ_UD
 
+/* ATOMIC ops (the IB extension's): fetch-and-add, compare-and-swap */
+enum { DFI_RDM_ATOMIC_FADD = 1, DFI_RDM_ATOMIC_CSWAP = 2 };
+
 struct dfi_rdm_msg {
 	enum dfi_rdm_type type;
 	uint64_t ia;			/* REQ, REP: the sender's IA instance */
@@ -54,9 +59,14 @@ struct dfi_rdm_msg {
 	uint64_t qual;			/* REQ: the connection qualifier */
 	uint16_t flags;			/* REQ: DFI_RDM_REQ_* */
 	uint8_t reason;			/* REJ */
-	uint32_t rmr;			/* KEY, KEYREP: the RMR context */
-	uint32_t status;		/* KEYREP: 0, or a positive errno */
+	uint32_t rmr;			/* KEY, KEYREP, ATOMIC: the RMR context */
+	uint32_t status;		/* KEYREP, ATOMICREP: 0, or a positive errno */
 	uint64_t base, key;		/* KEYREP */
+	uint8_t op;			/* ATOMIC: DFI_RDM_ATOMIC_* */
+	uint64_t id;			/* ATOMIC, ATOMICREP: the requester's */
+	uint64_t addr64;		/* ATOMIC: the target's virtual address */
+	uint64_t operand, compare;	/* ATOMIC; compare for CSWAP only */
+	uint64_t value;			/* ATOMICREP: the old value */
 	uint16_t addr_len;		/* REQ, REP */
 	uint16_t plen;			/* REQ, REP, REJ */
 	uint8_t addr[DFI_RDM_ADDR_MAX];
