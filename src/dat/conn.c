@@ -505,7 +505,7 @@ static DAT_RETURN ud_accept(struct dfi_cr *cr, struct dfi_ep *ep, DAT_COUNT plen
 				  (void *)cr);
 	}
 	rc = dfi_ud_start(ep, cr->req, &cr->remote, pdata, (size_t)plen, cr->pdata,
-			  (size_t)cr->plen);
+			  (size_t)cr->plen, 0);
 	if (rc == DAT_SUCCESS) {
 		cr->req = NULL;		/* the resolution's now */
 		gone = cr_done(cr);
@@ -644,13 +644,22 @@ static DAT_RETURN ep_connect_to(struct dfi_ep *ep, struct sockaddr_in dest, DAT_
 	cm_touch(ia);
 	pthread_mutex_lock(&ia->cm_lock);
 	if (ep->ud) {
-		/* an address resolution (ud.c): DAT's timeout is not
-		 * enforced, the peer's control channel ends a silent one */
-		DAT_RETURN r = dfi_ud_start(ep, NULL, &dest, pdata, (size_t)plen, NULL, 0);
+		/* an address resolution (ud.c), its timeout the progress
+		 * thread's as a connect's (dfi_connect_timeouts) */
+		DAT_RETURN r;
 
+		timed = timeout != DAT_TIMEOUT_INFINITE;
+		r = dfi_ud_start(ep, NULL, &dest, pdata, (size_t)plen, NULL, 0,
+				 timed ? dfi_deadline(timeout) : 0);
+		timed = timed && r == DAT_SUCCESS;
+		kick = timed && !ia->connect_timers;
+		if (timed)
+			ia->connect_timers = true;
 		pthread_mutex_unlock(&ia->cm_lock);
 		if (r == DAT_SUCCESS)
 			dfi_cnt_add(&ia->cnt[DCNT_IA_CM_REQ_TX], 1);
+		if (kick)
+			dfi_progress_kick(ia);
 		return r;
 	}
 	if (ep->state != DAT_EP_STATE_UNCONNECTED || ep->fep) {
@@ -1247,6 +1256,32 @@ static void translate(struct dfi_ia *ia, struct dfi_cm_event *e, struct cm_post 
 	}
 }
 
+/* A UD EP's resolutions past their deadline (cm_lock and the IA lock
+ * held): each reports DAT_IB_UD_CONNECTION_ERROR_EVENT into posts[n..16);
+ * the new n.  *more: one is left to time out. */
+static int ud_timeouts(struct dfi_ia *ia, struct dfi_ep *ep, uint64_t now, struct cm_post *posts,
+		       int n, bool *more)
+{
+	for (struct dfi_ud_cm *cm = ep->ud_cms; cm; cm = cm->next) {
+		struct dfi_cm_event e = { .type = DFI_CM_ERROR, .ctx = cm, .err = ETIMEDOUT };
+		struct dfi_evd *evd;
+
+		if (!cm->hs || !cm->deadline)
+			continue;
+		if (now < cm->deadline || n == 16) {
+			*more = true;
+			continue;
+		}
+		dfi_info(DFI_SS_CM, "UD EP %p: address resolution timed out", (void *)ep);
+		cm->deadline = 0;
+		memset(&posts[n], 0, sizeof(posts[n]));
+		evd = dfi_ud_event(ia, &e, &posts[n].ev);	/* abandons the handshake */
+		if (evd)
+			posts[n++].q = &evd->q;
+	}
+	return n;
+}
+
 bool dfi_connect_timeouts(struct dfi_ia *ia)
 {
 	struct cm_post posts[16];
@@ -1263,6 +1298,10 @@ bool dfi_connect_timeouts(struct dfi_ia *ia)
 	for (struct dfi_obj *o = ia->objs.next; o != &ia->objs; o = o->next) {
 		struct dfi_ep *ep = (struct dfi_ep *)o;
 
+		if (o->type == DFI_T_EP && ep->ud) {
+			n = ud_timeouts(ia, ep, now, posts, n, &more);
+			continue;
+		}
 		if (o->type != DFI_T_EP || !ep->connect_deadline)
 			continue;
 		if (ep->state != DAT_EP_STATE_ACTIVE_CONNECTION_PENDING) {

@@ -336,6 +336,7 @@ struct dfi_ud_cm {
 	struct dfi_obj hdr;
 	struct dfi_ep *ep;
 	struct dfi_fep *hs;		/* the handshake, until its event */
+	uint64_t deadline;		/* DAT's connect timeout, ns; 0: none */
 	struct dfi_ud_cm *next;
 	struct sockaddr_in peer;
 	bool passive;
@@ -782,12 +783,15 @@ DAT_DTO_COMPLETION_STATUS dfi_rmr_invalidate(struct dfi_ia *ia, const void *ep,
  * as IB's does: the message lands after them, and counts them. */
 #define DFI_UD_GRH	40
 /* cm_lock held: an address resolution of UD EP ep with a peer, as a connect
- * (req NULL) to peer or the accept of req from peer (whose private data
- * the passive event carries). */
+ * (req NULL) to peer, given up at deadline (ns, 0: never; the progress
+ * thread's dfi_connect_timeouts), or the accept of req from peer (whose
+ * private data the passive event carries). */
 DAT_RETURN dfi_ud_start(struct dfi_ep *ep, void *req, const struct sockaddr_in *peer,
-			const void *pdata, size_t plen, const void *req_pdata, size_t req_plen);
+			const void *pdata, size_t plen, const void *req_pdata, size_t req_plen,
+			uint64_t deadline);
 /* cm_lock held: a CM event of a resolution as its DAT event into *ev; the
- * connection EVD to post it on (held), or NULL: nothing to post. */
+ * connection EVD to post it on (held), or NULL: nothing to post.  An
+ * ERROR takes no other lock (the IA lock may be held). */
 struct dfi_evd *dfi_ud_event(struct dfi_ia *ia, struct dfi_cm_event *e, DAT_EVENT *ev);
 /* cm_lock held: the EP's resolutions and address handles go, before its
  * endpoint (dat_ep_free, dat_ep_reset). */

@@ -1309,7 +1309,11 @@ DAT_RETURN dfi_ep_post_atomic(DAT_EP_HANDLE h, bool cswap, DAT_UINT64 compare, D
 	if (emul) {
 		/* its outcome comes as a CM event (dfi_dto_atomic_done), not
 		 * from the CQ: no place among the CQ's completions */
-		uint64_t id = (uint64_t)++pool->atom_seq << 32 | (uint32_t)i;
+		uint64_t id;
+
+		if (!++pool->atom_seq)
+			pool->atom_seq = 1;	/* an id is never 0: "none out" */
+		id = (uint64_t)pool->atom_seq << 32 | (uint32_t)i;
 
 		pool->atom[i].id = id;
 		pool->atom[i].result = (uint64_t *)(uintptr_t)l->virtual_address;

@@ -29,7 +29,8 @@ static struct dfi_ud_ah *ah_of(struct dfi_ia *ia, const DAT_IB_ADDR_HANDLE *h)
 }
 
 DAT_RETURN dfi_ud_start(struct dfi_ep *ep, void *req, const struct sockaddr_in *peer,
-			const void *pdata, size_t plen, const void *req_pdata, size_t req_plen)
+			const void *pdata, size_t plen, const void *req_pdata, size_t req_plen,
+			uint64_t deadline)
 {
 	struct dfi_ia *ia = ep->hdr.ia;
 	struct dfi_ud_cm *cm;
@@ -51,6 +52,7 @@ DAT_RETURN dfi_ud_start(struct dfi_ep *ep, void *req, const struct sockaddr_in *
 		return DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_MEMORY);
 	cm->ep = ep;
 	cm->peer = *peer;
+	cm->deadline = deadline;
 	cm->passive = req != NULL;
 	if (req_plen) {		/* the passive event carries the request's */
 		memcpy(cm->pdata, req_pdata, req_plen);

@@ -876,6 +876,15 @@ static DAT_CR_HANDLE ud_cr(const struct side *x, const char *pdata)
 	return ev.event_data.cr_arrival_event_data.cr_handle;
 }
 
+static DAT_CR_HANDLE ud_cr_any(const struct side *x)
+{
+	DAT_EVENT ev;
+
+	assert_ok(wait_ev(x->cr, 5000, &ev));
+	assert_int_equal(ev.event_number, DAT_IB_UD_CONNECTION_REQUEST_EVENT);
+	return ev.event_data.cr_arrival_event_data.cr_handle;
+}
+
 /* The next event of x's connection EVD: ep's resolution, of this type,
  * with this private data; its address handle and context into ah, *cm. */
 static void ud_established(const struct side *x, DAT_EP_HANDLE ep, DAT_IB_EXT_TYPE type,
@@ -1033,7 +1042,8 @@ static void test_ud_resolve_send(void **state)
 }
 
 /* A refused resolution is DAT_IB_UD_CONNECTION_REJECT_EVENT with the
- * peer's address; one to a port nobody listens on too. */
+ * peer's address; one to a port nobody listens on too; one nobody answers
+ * within DAT's timeout is DAT_IB_UD_CONNECTION_ERROR_EVENT. */
 static void test_ud_reject(void **state)
 {
 	struct pair *p = *state;
@@ -1055,7 +1065,24 @@ static void test_ud_reject(void **state)
 	assert_ok(wait_ev(p->c.conn, 5000, &ev));
 	assert_true(ev.event_number == (DAT_EVENT_NUMBER)DAT_IB_UD_CONNECTION_REJECT_EVENT ||
 		    ev.event_number == (DAT_EVENT_NUMBER)DAT_IB_UD_CONNECTION_ERROR_EVENT);
-	/* the EP resolves again after both */
+	/* DAT's connect timeout holds for a resolution nobody answers */
+	{
+		struct sockaddr_in a;
+		DAT_CR_HANDLE cr;
+
+		memset(&a, 0, sizeof(a));
+		a.sin_family = AF_INET;
+		a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+		assert_ok(dat_ep_connect(cud, (DAT_IA_ADDRESS_PTR)&a, p->port, 300 * 1000u, 0,
+					 NULL, DAT_QOS_BEST_EFFORT, DAT_CONNECT_DEFAULT_FLAG));
+		cr = ud_cr_any(&p->s);
+		assert_ok(wait_ev(p->c.conn, 5000, &ev));
+		assert_int_equal(ev.event_number, DAT_IB_UD_CONNECTION_ERROR_EVENT);
+		assert_int_equal(ext_of(&ev)->type, DAT_IB_UD_CONNECT_ERROR);
+		assert_ptr_equal(ev.event_data.connect_event_data.ep_handle, cud);
+		assert_ok(dat_cr_reject(cr, 0, NULL));
+	}
+	/* the EP resolves again after all three */
 	ud_connect(&p->c, cud, p->port, "yes");
 	assert_ok(dat_cr_accept(ud_cr(&p->s, "yes"), sud, 0, NULL));
 	assert_ok(wait_ev(p->c.conn, 5000, &ev));
