@@ -970,6 +970,48 @@ struct post_after {
  * is a constant and its branches fold.  post_lock held. */
 #define POST_INLINE static inline __attribute__((always_inline))
 
+/* A post's segments as the fabric's (zero-length ones dropped, as DAT
+ * allows): how many, their bytes in *total. */
+POST_INLINE int sg_of(const DAT_LMR_TRIPLET *iov, DAT_COUNT nseg, struct dfi_sge *sg,
+		      DAT_VLEN *total)
+{
+	int n = 0;
+
+	*total = 0;
+	for (int i = 0; i < nseg; i++) {
+		if (!iov[i].segment_length)
+			continue;
+		sg[n].addr = (void *)(uintptr_t)iov[i].virtual_address;
+		sg[n].len = iov[i].segment_length;
+		sg[n].mr = NULL;	/* the providers we run on need no local key */
+		*total += iov[i].segment_length;
+		n++;
+	}
+	return n;
+}
+
+/* post_lock held: a request slot for an operation posted on its own (an
+ * atomic, a UD send), filled in; -1 if the queue is full. */
+static int request_take(struct dfi_ep *ep, DAT_DTO_COOKIE cookie, DAT_SEG_LENGTH len,
+			DAT_DTOS op, bool ud, DAT_COMPLETION_FLAGS flags)
+{
+	int i = dto_get(ep->sendq);
+	struct dfi_dto *d;
+
+	if (i < 0)
+		return -1;
+	d = &ep->sendq->d[i];
+	d->ep = ep;
+	d->cookie = cookie;
+	d->len = len;
+	d->ud = ud;
+	d->op = op;
+	d->suppress = (flags & DAT_COMPLETION_SUPPRESS_FLAG) ||
+		      ((flags & DAT_COMPLETION_UNSIGNALLED_FLAG) &&
+		       (ep->attr.request_completion_flags & DAT_COMPLETION_UNSIGNALLED_FLAG));
+	return i;
+}
+
 /* The EP's counters of what it posted (dat_ib_query_counters). */
 POST_INLINE void post_count(struct dfi_ep *ep, enum post_kind kind, DAT_VLEN bytes)
 {
@@ -1014,15 +1056,7 @@ POST_INLINE DAT_RETURN post_locked(struct dfi_ep *ep, DAT_COUNT nseg, DAT_LMR_TR
 	if ((kind == POST_WRITE || kind == POST_READ || kind == POST_WRITE_IMM) && !remote)
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG5),
 				  "EP %p: remote RMR triplet is NULL", (void *)ep);
-	for (i = 0; i < nseg; i++) {
-		if (!iov[i].segment_length)
-			continue;	/* a zero-length segment is ignored */
-		sg[n].addr = (void *)(uintptr_t)iov[i].virtual_address;
-		sg[n].len = iov[i].segment_length;
-		sg[n].mr = NULL;	/* the providers we run on need no local key */
-		total += iov[i].segment_length;
-		n++;
-	}
+	n = sg_of(iov, nseg, sg, &total);
 	if (__builtin_expect(ep->ud, 0)) {
 		if (kind != POST_RECV)
 			return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG1),
@@ -1289,21 +1323,14 @@ DAT_RETURN dfi_ep_post_atomic(DAT_EP_HANDLE h, bool cswap, DAT_UINT64 compare, D
 				"EP %p: atomic: no memory for the operands", (void *)ep);
 		goto out;
 	}
-	i = dto_get(pool);
+	i = request_take(ep, cookie, 8, (DAT_DTOS)(cswap ? DAT_IB_DTO_CMP_SWAP :
+						  DAT_IB_DTO_FETCH_ADD), false, flags);
 	if (i < 0) {
 		rc = DFI_REJECT(DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_TEP),
 				"EP %p: request queue full (%d)", (void *)ep, pool->n);
 		goto out;
 	}
 	d = &pool->d[i];
-	d->ep = ep;
-	d->cookie = cookie;
-	d->len = 8;
-	d->ud = false;
-	d->op = (DAT_DTOS)(cswap ? DAT_IB_DTO_CMP_SWAP : DAT_IB_DTO_FETCH_ADD);
-	d->suppress = (flags & DAT_COMPLETION_SUPPRESS_FLAG) ||
-		      ((flags & DAT_COMPLETION_UNSIGNALLED_FLAG) &&
-		       (ep->attr.request_completion_flags & DAT_COMPLETION_UNSIGNALLED_FLAG));
 	pool->atom[i].operand = value;
 	pool->atom[i].compare = compare;
 	if (emul) {
@@ -1382,15 +1409,7 @@ DAT_RETURN dfi_ep_post_send_ud(DAT_EP_HANDLE h, DAT_COUNT nseg, DAT_LMR_TRIPLET 
 	if (nseg > 0 && !iov)
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3),
 				  "EP %p: segment list is NULL", (void *)ep);
-	for (i = 0; i < nseg; i++) {
-		if (!iov[i].segment_length)
-			continue;
-		sg[n].addr = (void *)(uintptr_t)iov[i].virtual_address;
-		sg[n].len = iov[i].segment_length;
-		sg[n].mr = NULL;
-		total += iov[i].segment_length;
-		n++;
-	}
+	n = sg_of(iov, nseg, sg, &total);
 	if (total > (DAT_VLEN)ep->attr.max_message_size)
 		return DFI_REJECT(DFI_ERR(DAT_LENGTH_ERROR, 0),
 				  "UD EP %p: %llu bytes, above its max_message_size %llu", (void *)ep,
@@ -1412,21 +1431,13 @@ DAT_RETURN dfi_ep_post_send_ud(DAT_EP_HANDLE h, DAT_COUNT nseg, DAT_LMR_TRIPLET 
 				"UD EP %p: no address resolved yet, or disconnected", (void *)ep);
 		goto out;
 	}
-	i = dto_get(pool);
+	i = request_take(ep, cookie, (DAT_SEG_LENGTH)total, DAT_DTO_SEND, true, flags);
 	if (i < 0) {
 		rc = DFI_REJECT(DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_TEP),
 				"EP %p: request queue full (%d)", (void *)ep, pool->n);
 		goto out;
 	}
 	d = &pool->d[i];
-	d->ep = ep;
-	d->cookie = cookie;
-	d->len = (DAT_SEG_LENGTH)total;
-	d->ud = true;
-	d->op = DAT_DTO_SEND;
-	d->suppress = (flags & DAT_COMPLETION_SUPPRESS_FLAG) ||
-		      ((flags & DAT_COMPLETION_UNSIGNALLED_FLAG) &&
-		       (ep->attr.request_completion_flags & DAT_COMPLETION_UNSIGNALLED_FLAG));
 	dfi_dto_order_take(d);
 	err = dfi_post_send_ud(ep->fep, fah, sg, n, d);
 	if (err) {

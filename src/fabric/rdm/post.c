@@ -52,20 +52,28 @@ static bool again(struct rdm_fep *e, uint64_t *t0)
 		return dfi_post_rc(rc_);				\
 	} while (0)
 
-DFI_HOT int dfi_rdm_post_send(struct dfi_fep *fe, const struct dfi_sge *sg, int n, void *ctx)
+/* A tagged send from e to addr's receive matching tag. */
+static inline __attribute__((always_inline)) int
+tsend(struct rdm_fep *e, const struct dfi_sge *sg, int n, fi_addr_t addr, uint64_t tag, void *ctx)
 {
-	struct rdm_fep *e = RDM_FEP(fe);
 	struct iovec iov[DFI_MAX_SGE];
 	void *desc[DFI_MAX_SGE];
 	int rc;
 
 	if (n <= 1)
 		RETRY(e, fi_tsend(e->ep, n ? sg[0].addr : NULL, n ? sg[0].len : 0,
-				  n ? dfi_sge_desc(&sg[0]) : NULL, e->peer, e->stag, ctx));
+				  n ? dfi_sge_desc(&sg[0]) : NULL, addr, tag, ctx));
 	rc = dfi_fill_iov(sg, n, iov, desc);
 	if (rc)
 		return rc;
-	RETRY(e, fi_tsendv(e->ep, iov, desc, (size_t)n, e->peer, e->stag, ctx));
+	RETRY(e, fi_tsendv(e->ep, iov, desc, (size_t)n, addr, tag, ctx));
+}
+
+DFI_HOT int dfi_rdm_post_send(struct dfi_fep *fe, const struct dfi_sge *sg, int n, void *ctx)
+{
+	struct rdm_fep *e = RDM_FEP(fe);
+
+	return tsend(e, sg, n, e->peer, e->stag, ctx);
 }
 
 /* fi_tinject takes one buffer: several segments are gathered first. */
@@ -179,17 +187,7 @@ int dfi_rdm_post_atomic_emul(struct dfi_fep *fe, enum dfi_atomic_op op, uint64_t
 int dfi_rdm_post_send_ud(struct dfi_fep *fe, const struct dfi_ah *ah, const struct dfi_sge *sg,
 			 int n, void *ctx)
 {
-	struct rdm_fep *e = RDM_FEP(fe);
 	const struct rdm_ah *a = (const struct rdm_ah *)ah;
-	struct iovec iov[DFI_MAX_SGE];
-	void *desc[DFI_MAX_SGE];
-	int rc;
 
-	if (n <= 1)
-		RETRY(e, fi_tsend(e->ep, n ? sg[0].addr : NULL, n ? sg[0].len : 0,
-				  n ? dfi_sge_desc(&sg[0]) : NULL, a->addr, a->stag, ctx));
-	rc = dfi_fill_iov(sg, n, iov, desc);
-	if (rc)
-		return rc;
-	RETRY(e, fi_tsendv(e->ep, iov, desc, (size_t)n, a->addr, a->stag, ctx));
+	return tsend(RDM_FEP(fe), sg, n, a->addr, a->stag, ctx);
 }
