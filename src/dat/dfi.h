@@ -791,7 +791,7 @@ DAT_RETURN dfi_ud_start(struct dfi_ep *ep, void *req, const struct sockaddr_in *
 			uint64_t deadline);
 /* cm_lock held: a CM event of a resolution as its DAT event into *ev; the
  * connection EVD to post it on (held), or NULL: nothing to post.  An
- * ERROR takes no other lock (the IA lock may be held). */
+ * ERROR takes no DAT lock but the EVD's (the IA lock may be held). */
 struct dfi_evd *dfi_ud_event(struct dfi_ia *ia, struct dfi_cm_event *e, DAT_EVENT *ev);
 /* cm_lock held: the EP's resolutions and address handles go, before its
  * endpoint (dat_ep_free, dat_ep_reset). */

@@ -1532,8 +1532,9 @@ int dfi_dto_atomic_flush(struct dfi_ep *ep, DAT_EVENT **evs, struct dfi_evd **ev
 	p = ep->sendq;
 	for (int i = 0; p->atom && i < p->n; i++)
 		n += p->atom[i].id != 0;
-	if (n && ep->req_evd)
-		*evs = malloc((size_t)n * sizeof(**evs));
+	if (n && ep->req_evd && !(*evs = malloc((size_t)n * sizeof(**evs))))
+		dfi_err(DFI_SS_EP, "EP %p: no memory for the events of %d flushed atomics: "
+			"they complete unreported", (void *)ep, n);
 	for (int i = 0; n && p->atom && i < p->n; i++) {
 		DAT_EVENT ev;
 
