@@ -1298,7 +1298,9 @@ bool dfi_connect_timeouts(struct dfi_ia *ia)
 	for (struct dfi_obj *o = ia->objs.next; o != &ia->objs; o = o->next) {
 		struct dfi_ep *ep = (struct dfi_ep *)o;
 
-		if (o->type == DFI_T_EP && ep->ud) {
+		/* (ud_cms, not ud: only what cm_lock guards is read here, and a
+		 * new EP is in the list before dat_ep_create has filled it) */
+		if (o->type == DFI_T_EP && ep->ud_cms) {
 			n = ud_timeouts(ia, ep, now, posts, n, &more);
 			continue;
 		}
