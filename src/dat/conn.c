@@ -625,6 +625,18 @@ DAT_RETURN dfi_cr_reject(DAT_CR_HANDLE h, DAT_COUNT plen, const DAT_PVOID pdata)
 
 /* ---------------------------------------------------- active side, teardown */
 
+/* cm_lock held: a connect with a deadline (timed) starts the progress
+ * thread's tick if none runs (dfi_connect_timeouts); true: it must be
+ * kicked, once cm_lock is dropped (see ep_connect_to). */
+static bool timers_on(struct dfi_ia *ia, bool timed)
+{
+	bool kick = timed && !ia->connect_timers;
+
+	if (timed)
+		ia->connect_timers = true;
+	return kick;
+}
+
 /* The connect of dat_ep_connect and its DAT 2.0 variants, arguments
  * checked: to dest, whose port is qual's low 16 bits. */
 static DAT_RETURN ep_connect_to(struct dfi_ep *ep, struct sockaddr_in dest, DAT_CONN_QUAL qual,
@@ -651,10 +663,7 @@ static DAT_RETURN ep_connect_to(struct dfi_ep *ep, struct sockaddr_in dest, DAT_
 		timed = timeout != DAT_TIMEOUT_INFINITE;
 		r = dfi_ud_start(ep, NULL, &dest, pdata, (size_t)plen, NULL, 0,
 				 timed ? dfi_deadline(timeout) : 0);
-		timed = timed && r == DAT_SUCCESS;
-		kick = timed && !ia->connect_timers;
-		if (timed)
-			ia->connect_timers = true;
+		kick = timers_on(ia, timed && r == DAT_SUCCESS);
 		pthread_mutex_unlock(&ia->cm_lock);
 		if (r == DAT_SUCCESS)
 			dfi_cnt_add(&ia->cnt[DCNT_IA_CM_REQ_TX], 1);
@@ -697,9 +706,7 @@ static DAT_RETURN ep_connect_to(struct dfi_ep *ep, struct sockaddr_in dest, DAT_
 	 * none is left (dfi_connect_timeouts clears connect_timers); later
 	 * ones ride on that tick.  A kick per connect cost a scan of every
 	 * EP under cm_lock per connect: quadratic in a connect storm. */
-	kick = timed && !ia->connect_timers;
-	if (timed)
-		ia->connect_timers = true;
+	kick = timers_on(ia, timed);
 	pthread_mutex_unlock(&ia->cm_lock);
 	/* No route to the peer at all (the host's link is down): libfabric's
 	 * connect(2) fails at once, which is the consumer's news, not ours:
@@ -1347,12 +1354,7 @@ bool dfi_connect_timeouts(struct dfi_ia *ia)
  * dfi_progress_unwatch_rcq waits for both. */
 static void post_flushed(struct cm_post *p)
 {
-	if (!p->fq)
-		return;
-	for (int k = 0; k < p->n_flushed; k++)
-		dfi_evq_post(&p->fq->q, &p->flushed[k]);
-	dfi_evq_unhold(&p->fq->q);
-	free(p->flushed);
+	dfi_dto_atomic_post(p->fq, p->flushed, p->n_flushed);
 }
 
 int dfi_cm_handle(struct dfi_ia *ia)

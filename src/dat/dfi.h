@@ -814,6 +814,9 @@ struct dfi_evd *dfi_dto_atomic_done(struct dfi_ep *ep, const struct dfi_cm_event
  * or the EP is reset or freed): their events in *evs (malloc'ed, the
  * caller posts them on *evd, held, and frees them); how many. */
 int dfi_dto_atomic_flush(struct dfi_ep *ep, DAT_EVENT **evs, struct dfi_evd **evd);
+/* Then, no lock held: they are posted, evd unheld, evs freed (evd NULL:
+ * nothing to do). */
+void dfi_dto_atomic_post(struct dfi_evd *evd, DAT_EVENT *evs, int n);
 
 /* conn.c: cm_lock held; ep's datagram endpoint, opened if it has none */
 int dfi_ep_open_ud(struct dfi_ep *ep);

@@ -703,11 +703,7 @@ void dfi_ep_flush_pending(struct dfi_ep *ep)
 
 	fence_flush(ep);
 	n = dfi_dto_atomic_flush(ep, &evs, &evd);
-	for (int k = 0; k < n; k++)
-		dfi_evq_post(&evd->q, &evs[k]);
-	if (evd)
-		dfi_evq_unhold(&evd->q);
-	free(evs);
+	dfi_dto_atomic_post(evd, evs, n);
 	pthread_mutex_lock(&ep->hdr.ia->cm_lock);
 	pthread_mutex_lock(&ep->post_lock);
 	early = dfi_ep_early_take(ep, &n);
@@ -1033,8 +1029,8 @@ POST_INLINE DAT_RETURN post_locked(struct dfi_ep *ep, DAT_COUNT nseg, DAT_LMR_TR
 	struct dfi_sge sg[DFI_MAX_SGE];
 	DAT_COUNT maxseg;
 	struct dfi_dto *d;
-	DAT_VLEN total = 0;
-	int i, n = 0, rc;
+	DAT_VLEN total;
+	int i, n, rc;
 
 	after->evd = kind == POST_RECV ? ep->recv_evd : ep->req_evd;	/* its completion's */
 	if (after->evd)
@@ -1391,9 +1387,9 @@ DAT_RETURN dfi_ep_post_send_ud(DAT_EP_HANDLE h, DAT_COUNT nseg, DAT_LMR_TRIPLET 
 	struct dfi_dto_pool *pool;
 	struct dfi_ah *fah;
 	struct dfi_dto *d;
-	DAT_VLEN total = 0;
+	DAT_VLEN total;
 	DAT_RETURN rc = DAT_SUCCESS;
-	int i, n = 0, err;
+	int i, n, err;
 
 	if (!ep)
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EP),
@@ -1519,6 +1515,16 @@ struct dfi_evd *dfi_dto_atomic_done(struct dfi_ep *ep, const struct dfi_cm_event
 	}
 	pthread_mutex_unlock(&ep->post_lock);
 	return evd;
+}
+
+void dfi_dto_atomic_post(struct dfi_evd *evd, DAT_EVENT *evs, int n)
+{
+	if (!evd)
+		return;
+	for (int k = 0; k < n; k++)
+		dfi_evq_post(&evd->q, &evs[k]);
+	dfi_evq_unhold(&evd->q);
+	free(evs);
 }
 
 int dfi_dto_atomic_flush(struct dfi_ep *ep, DAT_EVENT **evs, struct dfi_evd **evd)

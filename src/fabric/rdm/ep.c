@@ -472,6 +472,15 @@ int rdm_path_up(struct rdm_fep *e, const struct dfi_rcm_end *remote)
 	return (int)rc;
 }
 
+/* The accepting side's receive for the connecting side's hello
+ * (rdm_path_up): consumed here, its completion without a context, which
+ * the DAT layer skips.  0 or libfabric's error. */
+int rdm_hello_recv(struct rdm_fep *e)
+{
+	return (int)fi_trecv(e->ep, NULL, 0, NULL, FI_ADDR_UNSPEC, RDM_TAG_HELLO(e->id, e->gen),
+			     0, NULL);
+}
+
 /* A few progress passes of the endpoint's CQs, reading no completion:
  * messages already received by this host are matched to their receives. */
 static void drain(struct rdm_fep *e)
@@ -777,13 +786,10 @@ static int rdm_fep_accept(struct dfi_fep *fe, const void *pdata, size_t plen)
 
 	pthread_mutex_lock(&e->rf->lock);
 	if (e->conn) {
-		/* the connecting side's hello (rdm_path_up): consumed here, its
-		 * completion without a context */
-		ssize_t r = fi_trecv(e->ep, NULL, 0, NULL, FI_ADDR_UNSPEC,
-				     RDM_TAG_HELLO(e->id, e->gen), 0, NULL);
+		int r = rdm_hello_recv(e);
 
 		rdm_self_end(e, &self);
-		rc = r ? (int)r : dfi_rcm_accept(e->conn, &self, pdata, plen, e);
+		rc = r ? r : dfi_rcm_accept(e->conn, &self, pdata, plen, e);
 	}
 	pthread_mutex_unlock(&e->rf->lock);
 	if (rc)

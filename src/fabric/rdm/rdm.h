@@ -145,6 +145,7 @@ int rdm_peer_get(struct rdm_fabric *rf, struct rdm_fep *e, const struct dfi_rcm_
 void rdm_self_end(const struct rdm_fep *e, struct dfi_rcm_end *end);
 void rdm_conn_gone(struct rdm_fep *e);
 int rdm_path_up(struct rdm_fep *e, const struct dfi_rcm_end *remote);
+int rdm_hello_recv(struct rdm_fep *e);
 
 /* ud.c: unreliable datagrams */
 void rdm_ud_resolved(struct rdm_fep *hs, struct dfi_cm_event *ev);

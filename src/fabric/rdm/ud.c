@@ -88,16 +88,13 @@ int dfi_rdm_ud_accept(struct dfi_fep *fe, void *p, const void *pdata, size_t ple
 		if (rc) {
 			e->peer_ref->refs--;
 		} else {
-			ssize_t r;
+			int r;
 
 			e->conn = req->conn;
-			/* the connecting side's hello (rdm_path_up), taken
-			 * here with no context: the DAT layer skips it */
-			r = fi_trecv(e->ep, NULL, 0, NULL, FI_ADDR_UNSPEC,
-				     RDM_TAG_HELLO(e->id, e->gen), 0, NULL);
+			r = rdm_hello_recv(e);
 			if (r)
 				dfi_warn(DFI_SS_FABRIC, "UD handshake: posting for the hello: %s",
-					 fi_strerror((int)-r));
+					 fi_strerror(-r));
 		}
 	}
 	pthread_mutex_unlock(&rf->lock);
