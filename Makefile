@@ -44,7 +44,7 @@ EVENT_SRCS  := src/event/evd_core.c src/event/cno_core.c src/event/upcall.c src/
 FABRIC_SRCS := src/fabric/fabric.c src/fabric/info.c src/fabric/cq.c src/fabric/mr.c src/fabric/post.c \
 	       src/fabric/fdwalk.c src/fabric/keepalive.c \
 	       src/fabric/msg/cm.c src/fabric/msg/post.c src/fabric/msg/liveness.c \
-	       src/fabric/msg/halfreq.c \
+	       src/fabric/msg/halfreq.c src/fabric/msg/atomic.c \
 	       src/fabric/rdm/ep.c src/fabric/rdm/post.c src/fabric/rdm/rcm.c src/fabric/rdm/wire.c \
 	       src/fabric/rdm/shmexit.c src/fabric/rdm/ud.c
 DAT_SRCS    := src/dat/provider.c src/dat/handle.c src/dat/ia.c \

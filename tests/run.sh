@@ -124,8 +124,11 @@ for t in "$B"/tests/test_*; do
 	test_api_ib)
 		# the native atomics (test_atomic_counter_4_peers: 4 threads,
 		# 10^4 fetch-and-adds each) on sockets, the one provider here
-		# with FI_ATOMIC: about 6 s, and in TSan's variant too
+		# with FI_ATOMIC: about 6 s, and in TSan's variant too; and tcp's
+		# emulated ones (msg/atomic.c, served by whoever reads the
+		# receive CQ: the consumer or the progress thread) under TSan
 		if [ "$variant" = tsan ]; then
+			IB_TEST_IA=ofi-lo run "$name-tcp-atomics" 300 "$t" 'test_atomic*'
 			# (the sockets provider's own threads race on its
 			# descriptors: tests/tsan-sockets.supp; TSan reads one
 			# suppressions file)

@@ -782,6 +782,7 @@ static int ia_open(struct dat_x *x, DAT_IA_ATTR *ia_attr, DAT_PROVIDER_ATTR *pr_
  * the EP, for the plan `pl` (the server learns it from the request). */
 static int resources(struct dat_x *x, const struct perf_plan *pl)
 {
+	DAT_MEM_PRIV_FLAGS priv = DAT_MEM_PRIV_ALL_FLAG;
 	DAT_REGION_DESCRIPTION region;
 	DAT_VLEN reg_len = 0;
 	DAT_EP_ATTR a;
@@ -820,10 +821,14 @@ static int resources(struct dat_x *x, const struct perf_plan *pl)
 	memset(x->buf, 0, 3 * x->region);	/* touch every page now */
 	memset(&region, 0, sizeof(region));
 	region.for_va = x->buf;
-	/* remote atomics too (atomic_lat): an emulating IA checks the right */
+	/* remote atomics too for atomic_lat (an emulating IA checks the right),
+	 * and only then: on tcp that right has the progress thread read
+	 * receive CQs that the consumer's request-CQ reads would leave to it */
+	for (unsigned i = 0; i < pl->ntests; i++)
+		if (pl->tests[i] == T_ATOMIC_LAT)
+			priv |= DAT_IB_MEM_PRIV_REMOTE_ATOMIC;
 	DAT_CALL(dat_lmr_create, x->ia, DAT_MEM_TYPE_VIRTUAL, region, 3 * x->region, x->pz,
-		 DAT_MEM_PRIV_ALL_FLAG | DAT_IB_MEM_PRIV_REMOTE_ATOMIC, DAT_VA_TYPE_VA, &x->lmr,
-		 &x->lctx, &x->rctx, &reg_len, &x->reg);
+		 priv, DAT_VA_TYPE_VA, &x->lmr, &x->lctx, &x->rctx, &reg_len, &x->reg);
 
 	memset(&a, 0, sizeof(a));
 	a.service_type = DAT_SERVICE_TYPE_RC;

@@ -41,7 +41,7 @@
 #define PERF_PLAN_MAGIC		0x44505246u	/* "DPRF" */
 #define PERF_ACCEPT_MAGIC	0x44505241u	/* "DPRA" */
 #define PERF_PLAN_VERSION	1
-#define PERF_PLAN_LEN		160		/* fits dapl-ofi's 192-byte private data */
+#define PERF_PLAN_LEN		160		/* fits dapl-ofi's least private data (232 B) */
 #define PERF_ACCEPT_LEN		32
 /* conn: the ping-pong on the main connection while the N extra EPs stay
  * connected and idle.  Fixed, not -I: conn's -S are endpoint counts, and

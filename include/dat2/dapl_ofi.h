@@ -19,5 +19,9 @@
 /* "msg" or "rdm": the libfabric endpoint type DAT endpoints map onto
  * (ia_params ep=, dapl-ofi(7)) */
 #define DAPL_OFI_ATTR_ENDPOINT	"DAPL_OFI_ENDPOINT"
+/* "native" (libfabric's FI_ATOMIC) or "emulated" (dapl-ofi's, applied by
+ * the target's progress): how the IB extension's atomics are carried;
+ * absent where they are not (dapl-ofi(7)) */
+#define DAPL_OFI_ATTR_ATOMICS	"DAPL_OFI_ATOMICS"
 
 #endif

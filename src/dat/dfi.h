@@ -97,7 +97,7 @@ struct dfi_ia {
 	 * write-held by a free, under cm_lock or none (ud.c) */
 	pthread_rwlock_t ud_lock;
 	int n_ep;			/* EPs, provider-created ones too: max_eps */
-	DAT_NAMED_ATTR prov_attr[10];
+	DAT_NAMED_ATTR prov_attr[12];
 	int n_prov_attr;
 
 	/* Connections (conn.c) and the progress thread (progress.c), started
@@ -120,6 +120,10 @@ struct dfi_ia {
 	uint64_t lease_ns;		/* DAPL_OFI_PROGRESS_LEASE_US, in ns */
 	int nparked;			/* DTO EVDs whose CQ is parked (IA lock) */
 	atomic_bool polling;		/* the wait fds never settle: polled (progress.c) */
+	/* emulated atomics in use where receive CQs carry them (fabric.h
+	 * rx_cq_own): reads of a request CQ no longer drive its partner
+	 * receive CQ (progress.c, dfi_progress_atomics) */
+	atomic_bool atomics_on;
 	unsigned batch;			/* odd while the thread handles events */
 	pthread_cond_t batch_done;
 	struct dfi_dto_pool *zombies;	/* pools of freed EPs with completions due */
@@ -411,6 +415,7 @@ struct dfi_evd {
 	 * drives those EPs (NULL: none yet, or not one EVD: partner_mixed). */
 	struct dfi_evd *partner;
 	bool partner_mixed;
+	bool receives;			/* some EP's receive EVD */
 	/* SRQ receive completions read from EPs' private CQs, oldest first,
 	 * waiting for ring slots: part of the EVD's source (q.lock) */
 	struct dfi_srq_dto *staged, *staged_tail;
@@ -727,6 +732,10 @@ void dfi_progress_kick(struct dfi_ia *ia);
 void dfi_progress_kick_all_rcqs(struct dfi_ia *ia);
 /* ep's libfabric endpoint reports to the CQs of both EVDs (IA lock taken). */
 void dfi_progress_pair(struct dfi_evd *req, struct dfi_evd *recv);
+/* ia posts or serves emulated atomics (an atomic, or memory with the
+ * remote-atomic right): where they arrive on receive CQs, those CQs are
+ * read even while the consumer drives only the request CQ. */
+void dfi_progress_atomics(struct dfi_ia *ia);
 
 /* srq.c */
 DAT_RETURN dfi_srq_create(DAT_IA_HANDLE, DAT_PZ_HANDLE, DAT_SRQ_ATTR *, DAT_SRQ_HANDLE *);

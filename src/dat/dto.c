@@ -1334,6 +1334,7 @@ DAT_RETURN dfi_ep_post_atomic(DAT_EP_HANDLE h, bool cswap, DAT_UINT64 compare, D
 		 * from the CQ: no place among the CQ's completions */
 		uint64_t id;
 
+		dfi_progress_atomics(ep->hdr.ia);	/* the answer may come on a receive CQ */
 		if (!++pool->atom_seq)
 			pool->atom_seq = 1;	/* an id is never 0: "none out" */
 		id = (uint64_t)pool->atom_seq << 32 | (uint32_t)i;
@@ -1358,7 +1359,11 @@ DAT_RETURN dfi_ep_post_atomic(DAT_EP_HANDLE h, bool cswap, DAT_UINT64 compare, D
 		if (err == -EAGAIN)
 			rc = DFI_REJECT(DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_TEP),
 					"EP %p: %s queue full", (void *)ep,
-					emul ? "the control channel's" : "libfabric");
+					emul ? "the emulated atomics'" : "libfabric");
+		else if (err == -ENOPROTOOPT)
+			rc = DFI_REJECT(DFI_ERR(DAT_NOT_IMPLEMENTED, 0),
+					"EP %p: atomic: the peer serves no emulated atomics (it "
+					"announced no mailbox when connecting)", (void *)ep);
 		else if (err == -ENOTCONN)
 			rc = DFI_REJECT(DFI_ERR(DAT_INVALID_STATE, DAT_INVALID_STATE_EP_NOTREADY),
 					"EP %p: atomic: the connection ended", (void *)ep);

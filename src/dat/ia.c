@@ -139,12 +139,15 @@ DAT_RETURN dfi_ia_open(const DAT_NAME_PTR name, DAT_COUNT async_qlen,
 	ia->n_prov_attr = 7;
 	if (dfi_fabric_limits(ia->fab)->ud)	/* RDM IAs only (ud.c) */
 		ia->prov_attr[ia->n_prov_attr++] = (DAT_NAMED_ATTR){ DAT_IB_ATTR_UD, "TRUE" };
-	if (dfi_fabric_limits(ia->fab)->atomic ||	/* absent on tcp's MSG IAs */
+	if (dfi_fabric_limits(ia->fab)->atomic ||	/* native, or emulated */
 	    dfi_fabric_limits(ia->fab)->atomic_emul) {
 		ia->prov_attr[ia->n_prov_attr++] =
 			(DAT_NAMED_ATTR){ DAT_IB_ATTR_FETCH_AND_ADD, "TRUE" };
 		ia->prov_attr[ia->n_prov_attr++] =
 			(DAT_NAMED_ATTR){ DAT_IB_ATTR_CMP_AND_SWAP, "TRUE" };
+		ia->prov_attr[ia->n_prov_attr++] = (DAT_NAMED_ATTR){
+			DAPL_OFI_ATTR_ATOMICS,
+			dfi_fabric_limits(ia->fab)->atomic ? "native" : "emulated" };
 	}
 
 	*async_evd = ia->async_evd;
@@ -240,7 +243,9 @@ static void fill_provider_attr(struct dfi_ia *ia, DAT_PROVIDER_ATTR *a)
 			DAT_COMPLETION_SUPPRESS_FLAG | DAT_COMPLETION_UNSIGNALLED_FLAG |
 			DAT_COMPLETION_SOLICITED_WAIT_FLAG | DAT_COMPLETION_EVD_THRESHOLD_FLAG,
 		.is_thread_safe = DAT_FALSE,	/* the registry's lookup key (dat.conf) */
-		.max_private_data_size = DFI_PDATA_MAX,	/* FI_OPT_CM_DATA_SIZE of tcp, net, sockets */
+		/* FI_OPT_CM_DATA_SIZE of tcp, net, sockets, less what emulated
+		 * atomics take (fabric.h) */
+		.max_private_data_size = (DAT_COUNT)dfi_fabric_limits(ia->fab)->pdata_max,
 		.supports_multipath = DAT_FALSE,
 		.ep_creator = DAT_PSP_CREATES_EP_IFASKED,	/* DAT_PSP_PROVIDER_FLAG */
 		.pz_support = DAT_PZ_UNIQUE,

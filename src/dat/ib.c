@@ -216,9 +216,9 @@ DAT_RETURN dfi_ib_extension(DAT_HANDLE h, DAT_EXTENDED_OP op, va_list args)
 		if (ep && !dfi_fabric_limits(ep->hdr.ia->fab)->atomic &&
 		    !dfi_fabric_limits(ep->hdr.ia->fab)->atomic_emul)
 			return DFI_REJECT(DFI_ERR(DAT_NOT_IMPLEMENTED, 0),
-					  "%s: libfabric provider '%s' has no FI_ATOMIC, and "
-					  "dapl-ofi emulates them on reliable-datagram IAs only "
-					  "(dapl-ofi(7))", op_name(op),
+					  "%s: libfabric provider '%s' has no FI_ATOMIC, nor the "
+					  "RMA with remote CQ data that dapl-ofi emulates them "
+					  "with (dapl-ofi(7))", op_name(op),
 					  dfi_fabric_limits(ep->hdr.ia->fab)->prov_name);
 		/* compare-and-swap: a is the value compared, b the one swapped in */
 		return dfi_ep_post_atomic(h, cswap, cswap ? a : 0, cswap ? b : a, l, cookie, r,

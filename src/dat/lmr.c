@@ -127,6 +127,8 @@ DAT_RETURN dfi_lmr_create(DAT_IA_HANDLE h, DAT_MEM_TYPE type, DAT_REGION_DESCRIP
 		rc = -ENOMEM;
 		goto err;
 	}
+	if (priv & DAT_IB_MEM_PRIV_REMOTE_ATOMIC)
+		dfi_progress_atomics(ia);	/* a target of atomics */
 	rc = dfi_mr_reg(ia->fab, addr, (size_t)len, access_of(priv), &lmr->mr, &key);
 	if (rc) {
 		dfi_obj_retire(lmr);

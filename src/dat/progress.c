@@ -258,6 +258,18 @@ static void progress_all_cqs(struct dfi_ia *ia)
 	poll_rcqs(ia, false);
 }
 
+/* The EVD whose reads drive evd's EPs too: its partner, but not for a
+ * receive EVD of an IA whose emulated atomics arrive on receive CQs
+ * (dfi_progress_atomics): a read of the request CQ moves those EPs and
+ * leaves the atomics' completions where nobody takes them. */
+static struct dfi_evd *driver_of(const struct dfi_evd *evd)
+{
+	if (evd->receives &&
+	    atomic_load_explicit(&evd->hdr.ia->atomics_on, memory_order_relaxed))
+		return NULL;
+	return evd->partner;
+}
+
 /* Whether evd's consumer polls its CQ (IA lock held): found inside a call
  * on evd or its partner at a look, or, in the last window with calls, a
  * wait or at least one call per POLL_GAP_NS; it stops polling after two
@@ -274,12 +286,13 @@ static void progress_all_cqs(struct dfi_ia *ia)
  * window shorter than RATE_MIN_NS keeps it too. */
 static void consumer_polls(struct dfi_evd *evd, uint32_t calls, uint64_t now, bool look)
 {
+	struct dfi_evd *partner = driver_of(evd);
 	uint32_t waits = dfi_evq_waits(&evd->q);
 
-	if (evd->partner)
-		waits += dfi_evq_waits(&evd->partner->q);
+	if (partner)
+		waits += dfi_evq_waits(&partner->q);
 	if (!evd->rate_at || (look && (dfi_evq_inside(&evd->q) ||
-				       (evd->partner && dfi_evq_inside(&evd->partner->q))))) {
+				       (partner && dfi_evq_inside(&partner->q))))) {
 		/* inside a call at a look: a streamer's calls are few but
 		 * long (libfabric copies the data inside them).  Not at an
 		 * fd's wake-up: the consumer's own post fires its CQ's fd,
@@ -314,11 +327,12 @@ static void consumer_polls(struct dfi_evd *evd, uint32_t calls, uint64_t now, bo
  * held. */
 static bool consumer_drives(struct dfi_ia *ia, struct dfi_evd *evd, uint64_t now, bool look)
 {
+	struct dfi_evd *partner = driver_of(evd);
 	uint32_t c = dfi_evq_calls(&evd->q);
 	bool active;
 
-	if (evd->partner)
-		c += dfi_evq_calls(&evd->partner->q);
+	if (partner)
+		c += dfi_evq_calls(&partner->q);
 	if (c != evd->calls_seen) {
 		evd->calls_seen = c;
 		evd->calls_moved = now;
@@ -326,8 +340,8 @@ static bool consumer_drives(struct dfi_ia *ia, struct dfi_evd *evd, uint64_t now
 	consumer_polls(evd, c, now, look);
 	active = ia->lease_ns && evd->polls && evd->calls_moved &&
 		 now - evd->calls_moved < ia->lease_ns;
-	if (!active && ia->lease_ns && evd->partner)
-		active = dfi_evq_waited(&evd->partner->q);
+	if (!active && ia->lease_ns && partner)
+		active = dfi_evq_waited(&partner->q);
 	return dfi_evq_consumer_drives(&evd->q, active);
 }
 
@@ -1081,6 +1095,13 @@ static void pair_one(struct dfi_evd *a, struct dfi_evd *b)
 	}
 }
 
+void dfi_progress_atomics(struct dfi_ia *ia)
+{
+	if (dfi_fabric_limits(ia->fab)->rx_cq_own &&
+	    !atomic_load_explicit(&ia->atomics_on, memory_order_relaxed))
+		atomic_store_explicit(&ia->atomics_on, true, memory_order_relaxed);
+}
+
 void dfi_progress_pair(struct dfi_evd *req, struct dfi_evd *recv)
 {
 	struct dfi_ia *ia;
@@ -1091,5 +1112,6 @@ void dfi_progress_pair(struct dfi_evd *req, struct dfi_evd *recv)
 	pthread_mutex_lock(&ia->lock);
 	pair_one(req, recv);
 	pair_one(recv, req);
+	recv->receives = true;
 	pthread_mutex_unlock(&ia->lock);
 }

@@ -171,8 +171,10 @@ DAT_RETURN dfi_rmr_bind(DAT_RMR_HANDLE h, DAT_LMR_HANDLE lmrh, const DAT_LMR_TRI
 			access |= DFI_MR_REMOTE_READ;
 		if (priv & DAT_MEM_PRIV_REMOTE_WRITE_FLAG)
 			access |= DFI_MR_REMOTE_WRITE;
-		if (priv & DAT_IB_MEM_PRIV_REMOTE_ATOMIC)
+		if (priv & DAT_IB_MEM_PRIV_REMOTE_ATOMIC) {
 			access |= DFI_MR_REMOTE_READ | DFI_MR_REMOTE_WRITE | DFI_MR_REMOTE_ATOMIC;
+			dfi_progress_atomics(rmr->hdr.ia);	/* a target of atomics */
+		}
 		rc = dfi_mr_reg(rmr->hdr.ia->fab, (void *)(uintptr_t)t->virtual_address,
 				t->segment_length, access, &mr, &key);
 		if (rc)

@@ -401,12 +401,20 @@ DFI_HOT int dfi_cq_read(struct dfi_cq *c, struct dfi_comp *out, int n)
 		}
 		if (r < 0)
 			return got ? got : (int)r;
-		for (ssize_t i = 0; i < r; i++) {
+		for (int rd = got, end = got + (int)r; rd < end; rd++) {
+			struct dfi_comp *o = &out[rd];
 			uint64_t flags;
 
-			memcpy(&flags, &out[got].err, sizeof(flags));
-			out[got].err = 0;
-			out[got].imm = (flags & FI_REMOTE_CQ_DATA) != 0;
+			memcpy(&flags, &o->err, sizeof(flags));
+			o->err = 0;
+			o->imm = (flags & FI_REMOTE_CQ_DATA) != 0;
+			/* a remote write with CQ data and no context is the
+			 * backend's own (msg/atomic.c): taken out */
+			if (__builtin_expect(o->imm && !o->ctx, 0) && c->owner->be->cq_data &&
+			    c->owner->be->cq_data(c->owner, o->data))
+				continue;
+			if (got != rd)
+				out[got] = *o;
 			got++;
 		}
 		if (r < want)

@@ -34,6 +34,13 @@ struct dfi_fabric_limits {
 	/* no FI_ATOMIC, but dfi_post_atomic_emul works: the peer applies
 	 * it, its outcome a CM event (DFI_CM_ATOMIC_DONE) */
 	bool atomic_emul;
+	/* the private data a connect, accept or reject may carry: less than
+	 * DFI_PDATA_MAX where the MSG backend's emulated atomics take some */
+	size_t pdata_max;
+	/* receive CQs carry the fabric's own completions (msg/'s emulated
+	 * atomics): such a CQ must be read even while the consumer drives
+	 * only the request CQ of the same endpoints */
+	bool rx_cq_own;
 	bool rdm;			/* the RDM backend serves it (docs/rdm.md) */
 	bool ud;			/* dfi_ud_connect and the rest work */
 	/* an endpoint's completions of one queue may come out of posted

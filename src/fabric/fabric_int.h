@@ -24,6 +24,11 @@
  * size is 128 in libfabric 1.17). */
 #define DFI_INJECT_MAX	256
 
+/* The bytes of CM private data that carry an endpoint's atomics mailbox,
+ * where the MSG backend emulates atomics (msg/atomic.c): the consumer's
+ * limit is DFI_PDATA_MAX less these. */
+#define DFI_MSG_TRAILER	24
+
 /*
  * A backend: how DAT endpoints map onto one kind of libfabric endpoint.
  * msg/ maps each onto an FI_EP_MSG endpoint of its own; rdm/ multiplexes
@@ -41,6 +46,9 @@ struct dfi_backend {
 	 * first, or the backend keeps the libfabric CQ (true: it closes
 	 * it later, and no one reads or waits on it meanwhile) */
 	bool (*cq_closing)(struct dfi_fabric *f, struct dfi_cq *cq);
+	/* a completion of a remote write with CQ data and no context: the
+	 * backend's own (true: taken, the DAT layer never sees it) */
+	bool (*cq_data)(struct dfi_fabric *f, uint64_t data);
 
 	int (*eq_open)(struct dfi_fabric *f, struct dfi_eq **eq);
 	void (*eq_close)(struct dfi_eq *eq);

@@ -217,6 +217,12 @@ void dfi_fabric_fill_limits(const struct fi_info *i, struct dfi_fabric_limits *l
 	l->mr_key_size = i->domain_attr->mr_key_size;
 	l->cq_data_size = i->domain_attr->cq_data_size;
 	l->atomic = (i->caps & FI_ATOMIC) != 0;
+	/* rdm/ emulates over its control channel (rdm/ep.c); msg/ over RMA
+	 * writes with CQ data into mailboxes that the CM exchange announces
+	 * in a trailer of the private data (msg/atomic.c) */
+	l->atomic_emul = !l->atomic && (l->rdm || ((i->caps & FI_RMA) && l->cq_data_size >= 8));
+	l->pdata_max = l->atomic_emul && !l->rdm ? DFI_PDATA_MAX - DFI_MSG_TRAILER : DFI_PDATA_MAX;
+	l->rx_cq_own = l->atomic_emul && !l->rdm;
 	l->inject_size = i->tx_attr->inject_size < DFI_INJECT_MAX ? i->tx_attr->inject_size :
 								      DFI_INJECT_MAX;
 	l->prov_major = FI_MAJOR(i->fabric_attr->prov_version);

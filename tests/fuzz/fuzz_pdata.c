@@ -1,9 +1,12 @@
 /*
  * fuzz_pdata: connection private data, the bytes a peer controls.
- * dapl-ofi adds no header of its own: the consumer's private data goes to
- * libfabric's fi_connect / fi_accept / fi_reject as it is, and what
+ * dapl-ofi adds no header of its own, only a trailer where it emulates
+ * atomics (the mailbox of msg/atomic.c, on connect and accept): the
+ * consumer's private data goes to libfabric's fi_connect / fi_accept /
+ * fi_reject as it is, and what
  * libfabric hands back with FI_CONNREQ, FI_CONNECTED or an error entry
- * (cm.c dfi_eq_read, at most DFI_PDATA_MAX = 256 bytes) is what the CR and
+ * (cm.c dfi_eq_read, at most DFI_PDATA_MAX = 256 bytes, less the trailer of
+ * msg/atomic.c where atomics are emulated) is what the CR and
  * the connection events show.  One process, two IAs (ofi-lo of the build
  * tree's dat.conf, opened twice through the stock registry), a PSP on the
  * server IA, reused across inputs.  Each input is one exchange:
@@ -11,13 +14,14 @@
  *   byte 0   mode: bit 0 accept (else reject), bit 1 the connect's length
  *            out of range, bit 2 the accept's or reject's, bit 3 a NULL
  *            pointer with length 0, bit 4 raw (below);
- *   2 bytes  the connect's length (0..256, or out of range), its bytes;
+ *   2 bytes  the connect's length (0..max_private_data_size, or out of
+ *            range), its bytes;
  *   2 bytes  the accept's or reject's length, its bytes.
  *
- * Asserted: a length outside 0..256 (or a NULL pointer with a length) is
+ * Asserted: a length outside 0..max (or a NULL pointer with a length) is
  * refused with DAT_INVALID_PARAMETER naming that argument (dat_ep_connect
  * ARG5, dat_cr_accept ARG3, dat_cr_reject ARG2) and reads nothing past the
- * 256 bytes given (ASan); the server's CR holds exactly the bytes and
+ * max bytes given (ASan); the server's CR holds exactly the bytes and
  * length the client sent; the client's ESTABLISHED (accept) or
  * PEER_REJECTED (reject) event holds exactly the server's; both sides end
  * DISCONNECTED.  Every wait is bounded (5 s).
@@ -45,7 +49,11 @@
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define PDATA_MAX	256		/* dapl-ofi's limit (libfabric tcp's CM data) */
+/* The IA's max_private_data_size: libfabric tcp's 256 bytes of CM data,
+ * less the 24 that announce the emulated atomics' mailbox (msg/atomic.c) */
+static DAT_COUNT pdata_max = 256;
+#define PDATA_MAX	pdata_max
+#define RAW_MAX		256		/* what libfabric hands over at most */
 #define WAIT_US		5000000		/* every wait, at most */
 
 static DAT_IA_HANDLE ia_s, ia_c;
@@ -90,7 +98,7 @@ static uint8_t u8(void)
 	return *in++;
 }
 
-/* A length: 0..256, or (bad) one outside that range, negative included. */
+/* A length: 0..max, or (bad) one outside that range, negative included. */
 static DAT_COUNT length(bool bad)
 {
 	unsigned v = (unsigned)u8() << 8 | u8();
@@ -105,7 +113,7 @@ static DAT_COUNT length(bool bad)
 	}
 }
 
-/* Exactly 256 bytes on the heap, so that ASan sees any read past them. */
+/* Exactly max bytes on the heap, so that ASan sees any read past them. */
 static uint8_t *bytes(DAT_COUNT n)
 {
 	uint8_t *b = malloc(PDATA_MAX);
@@ -199,7 +207,7 @@ static void raw_peer(void)
 			abort();
 		}
 		ok(dat_cr_query(cr, DAT_CR_FIELD_ALL, &p));
-		if (p.private_data_size < 0 || p.private_data_size > PDATA_MAX) {
+		if (p.private_data_size < 0 || p.private_data_size > RAW_MAX) {
 			fprintf(stderr, "fuzz_pdata: raw peer: CR with %d bytes of private data\n",
 				p.private_data_size);
 			abort();
@@ -318,6 +326,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
 	char *name = getenv("FUZZ_IA") ? getenv("FUZZ_IA") : "ofi-lo";
 	DAT_IA_ATTR attr;
+	DAT_PROVIDER_ATTR pattr;
 
 	(void)argc;
 	(void)argv;
@@ -336,8 +345,14 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	ok(dat_evd_create(ia_c, 8, DAT_HANDLE_NULL, DAT_EVD_CONNECTION_FLAG, &cconn_evd));
 	ok(dat_evd_create(ia_c, 8, DAT_HANDLE_NULL, DAT_EVD_DTO_FLAG, &cdto_evd));
 	ok(dat_psp_create_any(ia_s, &qual, cr_evd, DAT_PSP_CONSUMER_FLAG, &psp));
-	ok(dat_ia_query(ia_s, NULL, DAT_IA_FIELD_IA_ADDRESS_PTR, &attr, 0, NULL));
+	ok(dat_ia_query(ia_s, NULL, DAT_IA_FIELD_IA_ADDRESS_PTR, &attr, DAT_PROVIDER_FIELD_ALL,
+			&pattr));
 	memcpy(&server, attr.ia_address_ptr, sizeof(server));
+	pdata_max = pattr.max_private_data_size;
+	if (pdata_max < 48 || pdata_max > RAW_MAX) {
+		fprintf(stderr, "fuzz_pdata: max_private_data_size %d\n", pdata_max);
+		exit(2);
+	}
 	server.sin_port = htons((uint16_t)qual);
 	atexit(close_all);
 	return 0;

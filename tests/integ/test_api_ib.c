@@ -725,9 +725,7 @@ static void test_atomic_counter_4_peers(void **state)
 	alarm(0);
 }
 
-/* dat_ib_open_query / dat_ib_close_query: an IA opened by name only to be
- * queried, and closed. */
-/* Emulated atomics (an RDM IA whose provider has no FI_ATOMIC: net,
+/* Emulated atomics (an IA whose provider has no FI_ATOMIC: tcp, net,
  * tcp;ofi_rxm): the target refuses a key it does not know, a range
  * beyond the region and a region registered without
  * DAT_IB_MEM_PRIV_REMOTE_ATOMIC, each reported to the origin as a remote
@@ -743,12 +741,10 @@ static void test_atomics_emulated_refused(void **state)
 	DAT_RMR_CONTEXT prctx;
 	DAT_VLEN plen;
 	DAT_VADDR paddr;
-	const char *ep_kind = prov_attr(p->c.ia, DAPL_OFI_ATTR_ENDPOINT);
-	const char *fab = prov_attr(p->c.ia, DAPL_OFI_ATTR_FABRIC);
+	const char *how = prov_attr(p->c.ia, DAPL_OFI_ATTR_ATOMICS);
 	uint8_t *mem;
 
-	if (!prov_attr(p->c.ia, DAT_IB_ATTR_FETCH_AND_ADD) || !ep_kind ||
-	    strcmp(ep_kind, "rdm") != 0 || !fab || strncmp(fab, "shm", 3) == 0)
+	if (!how || strcmp(how, "emulated") != 0)
 		skip();
 	watchdog("test_atomics_emulated_refused", 30);
 	establish(p);
@@ -801,14 +797,12 @@ static void test_atomics_emulated_disconnect(void **state)
 	struct pair *p = *state;
 	DAT_LMR_TRIPLET l[16];
 	DAT_RMR_TRIPLET r = rseg(&p->s, 8192, 8);
-	const char *ep_kind = prov_attr(p->c.ia, DAPL_OFI_ATTR_ENDPOINT);
-	const char *fab = prov_attr(p->c.ia, DAPL_OFI_ATTR_FABRIC);
+	const char *how = prov_attr(p->c.ia, DAPL_OFI_ATTR_ATOMICS);
 	int done = 0, flushed = 0;
 	bool seen[16] = { false };
 	DAT_EVENT ev;
 
-	if (!prov_attr(p->c.ia, DAT_IB_ATTR_FETCH_AND_ADD) || !ep_kind ||
-	    strcmp(ep_kind, "rdm") != 0 || !fab || strncmp(fab, "shm", 3) == 0)
+	if (!how || strcmp(how, "emulated") != 0)
 		skip();
 	watchdog("test_atomics_emulated_disconnect", 30);
 	establish(p);
@@ -844,6 +838,61 @@ static void test_atomics_emulated_disconnect(void **state)
 	alarm(0);
 }
 
+struct req_waiter {
+	DAT_EVD_HANDLE evd;
+	DAT_RETURN rc;
+	DAT_EVENT ev;
+};
+
+static void *req_wait_main(void *arg)
+{
+	struct req_waiter *w = arg;
+
+	w->rc = wait_ev(w->evd, 20000, &w->ev);
+	return NULL;
+}
+
+/* A target whose consumer only waits on its request EVD still serves
+ * emulated atomics: on tcp they arrive on the receive CQ, which that
+ * waiter's reads move but do not read (progress.c, driver_of). */
+static void test_atomics_target_waits_on_requests(void **state)
+{
+	struct pair *p = *state;
+	DAT_LMR_TRIPLET l = seg(&p->c, 64, 8), rl = seg(&p->c, 128, 8), sl = seg(&p->s, 0, 8);
+	DAT_RMR_TRIPLET r = rseg(&p->s, 8192, 8);
+	const char *how = prov_attr(p->c.ia, DAPL_OFI_ATTR_ATOMICS);
+	struct req_waiter w = { .evd = p->s.req };
+	pthread_t t;
+	DAT_EVENT ev;
+
+	if (!how || strcmp(how, "emulated") != 0)
+		skip();
+	watchdog("test_atomics_target_waits_on_requests", 60);
+	establish(p);
+	*u64_at(&p->s, 8192) = 0;
+	assert_ok(dat_ep_post_recv(p->c.ep, 1, &rl, ck(9), DAT_COMPLETION_DEFAULT_FLAG));
+	assert_int_equal(pthread_create(&t, NULL, req_wait_main, &w), 0);
+	usleep(100000);		/* the waiter asleep on the server's request EVD */
+	for (uint64_t k = 0; k < 200; k++) {
+		assert_ok(dat_ib_post_fetch_and_add(p->c.ep, 1, &l, ck(k), &r,
+						    DAT_COMPLETION_DEFAULT_FLAG));
+		expect_ib_dto(p->c.req, p->c.ep, DAT_IB_FETCH_AND_ADD, k, 8, 0, "fetch and add");
+		assert_int_equal(*u64_at(&p->c, 64), k);
+	}
+	assert_int_equal(*u64_at(&p->s, 8192), 200);
+	/* a send of the server's ends the waiter's wait */
+	assert_ok(dat_ep_post_send(p->s.ep, 1, &sl, ck(77), DAT_COMPLETION_DEFAULT_FLAG));
+	pthread_join(t, NULL);
+	assert_ok(w.rc);
+	assert_int_equal(w.ev.event_number, DAT_DTO_COMPLETION_EVENT);
+	assert_int_equal(w.ev.event_data.dto_completion_event_data.user_cookie.as_64, 77);
+	assert_ok(wait_ev(p->c.rcv, 5000, &ev));
+	assert_int_equal(ev.event_number, DAT_DTO_COMPLETION_EVENT);
+	alarm(0);
+}
+
+/* dat_ib_open_query / dat_ib_close_query: an IA opened by name only to be
+ * queried, and closed. */
 static void test_open_close_query(void **state)
 {
 	DAT_IA_HANDLE ia = DAT_HANDLE_NULL;
@@ -1202,6 +1251,8 @@ int main(int argc, char **argv)
 		cmocka_unit_test_setup_teardown(test_atomics_emulated_refused, pair_setup,
 						pair_teardown),
 		cmocka_unit_test_setup_teardown(test_atomics_emulated_disconnect, pair_setup,
+						pair_teardown),
+		cmocka_unit_test_setup_teardown(test_atomics_target_waits_on_requests, pair_setup,
 						pair_teardown),
 		cmocka_unit_test(test_open_close_query),
 		cmocka_unit_test_setup_teardown(test_ud_refused, pair_setup, pair_teardown),

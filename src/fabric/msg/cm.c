@@ -8,12 +8,14 @@
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 static int msg_eq_open(struct dfi_fabric *f, struct dfi_eq **out)
 {
-	struct fi_eq_attr attr = { .size = 4096, .wait_obj = FI_WAIT_FD };
+	/* FI_WRITE: emulated atomics' answers become events (atomic.c) */
+	struct fi_eq_attr attr = { .size = 4096, .wait_obj = FI_WAIT_FD, .flags = FI_WRITE };
 	struct msg_eq *q = calloc(1, sizeof(*q));
 	int rc;
 
@@ -21,6 +23,7 @@ static int msg_eq_open(struct dfi_fabric *f, struct dfi_eq **out)
 		return -ENOMEM;
 	q->base.be = &dfi_msg_backend;
 	q->fabric = f->fabric;
+	q->trailers = f->lim.atomic_emul;
 	rc = fi_eq_open(f->fabric, &attr, &q->eq, NULL);
 	if (rc) {
 		dfi_err(DFI_SS_FABRIC, "fi_eq_open: %s", fi_strerror(-rc));
@@ -38,6 +41,14 @@ static int msg_eq_open(struct dfi_fabric *f, struct dfi_eq **out)
 	return 0;
 }
 
+static void msg_connreq_free(void *req)
+{
+	struct msg_req *r = req;
+
+	fi_freeinfo(r->info);
+	free(r);
+}
+
 static void msg_eq_close(struct dfi_eq *eq)
 {
 	struct msg_eq *q = MSG_EQ(eq);
@@ -45,7 +56,7 @@ static void msg_eq_close(struct dfi_eq *eq)
 	/* every listener was closed first, taking its requests out */
 	for (int i = q->head; i < q->n; i++)
 		if (q->stash[i].type == DFI_CM_CONNREQ)
-			fi_freeinfo(q->stash[i].req);
+			msg_connreq_free(q->stash[i].req);
 	free(q->stash);
 	fi_close(&q->eq->fid);
 	free(q);
@@ -67,6 +78,36 @@ static int msg_eq_trywait(struct dfi_eq *eq)
 	rc = fi_trywait(q->fabric, fids, 1);
 
 	return rc == -FI_EAGAIN ? -EAGAIN : rc;
+}
+
+/* The DAT layer's context of what an event names: a listener's is its
+ * fid's, an endpoint's fid names its msg_fep. */
+static void *ev_ctx(const struct fid *fid)
+{
+	if (!fid)
+		return NULL;
+	return fid->fclass == FI_CLASS_EP ? MSG_FEP(fid->context)->ctx : fid->context;
+}
+
+/* A connection request, wrapped with its trailer's news (a struct msg_req
+ * as ev->req), or refused without memory: 1 or 0. */
+static int eq_connreq(struct msg_eq *q, struct fi_eq_cm_entry *ent, struct dfi_cm_event *ev)
+{
+	struct msg_req *r = malloc(sizeof(*r));
+
+	if (!r) {
+		dfi_err(DFI_SS_FABRIC, "no memory for a connection request: refused");
+		fi_reject(container_of(ent->fid, struct fid_pep, fid), ent->info->handle, NULL, 0);
+		fi_freeinfo(ent->info);
+		return 0;
+	}
+	r->info = ent->info;
+	memset(&r->peer, 0, sizeof(r->peer));
+	if (q->trailers)
+		ev->plen = dfi_msg_atom_strip(ev->pdata, ev->plen, &r->peer);
+	ev->type = DFI_CM_CONNREQ;
+	ev->req = r;
+	return 1;
 }
 
 /* The next event of libfabric's queue (dfi_eq_read's results). */
@@ -92,7 +133,7 @@ static int eq_read_fi(struct msg_eq *q, struct dfi_cm_event *ev)
 		if (n < 0)
 			return (int)n;
 		ev->type = DFI_CM_ERROR;
-		ev->ctx = err.fid ? err.fid->context : NULL;
+		ev->ctx = ev_ctx(err.fid);
 		ev->err = err.err ? err.err : EIO;
 		if (err.err_data_size && err.err_data_size <= sizeof(ev->pdata)) {
 			memcpy(ev->pdata, err.err_data, err.err_data_size);
@@ -104,18 +145,28 @@ static int eq_read_fi(struct msg_eq *q, struct dfi_cm_event *ev)
 	}
 	if (n < 0)
 		return (int)n;
-	ev->ctx = ent->fid ? ent->fid->context : NULL;
+	if (event == FI_NOTIFY)		/* an atomic's answer (atomic.c) */
+		return dfi_msg_atom_event(raw, (size_t)n, ev);
+	ev->ctx = ev_ctx(ent->fid);
 	if ((size_t)n > sizeof(*ent)) {
 		ev->plen = (size_t)n - sizeof(*ent);
+		if (ev->plen > sizeof(ev->pdata))
+			ev->plen = sizeof(ev->pdata);
 		memcpy(ev->pdata, raw + sizeof(*ent), ev->plen);
 	}
 	switch (event) {
 	case FI_CONNREQ:
-		ev->type = DFI_CM_CONNREQ;
-		ev->req = ent->info;
-		break;
+		return eq_connreq(q, ent, ev);
 	case FI_CONNECTED:
 		ev->type = DFI_CM_CONNECTED;
+		if (q->trailers && ent->fid && ent->fid->fclass == FI_CLASS_EP) {
+			struct msg_fep *e = ent->fid->context;
+			struct msg_peer peer;
+
+			ev->plen = dfi_msg_atom_strip(ev->pdata, ev->plen, &peer);
+			if (!e->passive)	/* the accepting side had the request's */
+				dfi_msg_atom_peer(e, &peer);
+		}
 		break;
 	case FI_SHUTDOWN:
 		ev->type = DFI_CM_SHUTDOWN;
@@ -157,14 +208,9 @@ static bool eq_stash(struct msg_eq *q, const struct dfi_cm_event *ev)
 	return true;
 }
 
-static void msg_connreq_free(void *req)
-{
-	fi_freeinfo(req);
-}
-
 static void msg_connreq_peer(void *req, struct sockaddr_in *peer)
 {
-	struct fi_info *info = req;
+	struct fi_info *info = ((struct msg_req *)req)->info;
 
 	memset(peer, 0, sizeof(*peer));
 	if (info->dest_addr && info->dest_addrlen >= sizeof(*peer))
@@ -224,10 +270,8 @@ static int msg_pep_listen(struct dfi_fabric *f, struct dfi_eq *eq, uint16_t port
 /* Refuse a request of p that will never become a CR. */
 static void pep_refuse(struct msg_pep *p, void *req)
 {
-	struct fi_info *info = req;
-
-	fi_reject(p->pep, info->handle, NULL, 0);
-	fi_freeinfo(info);
+	fi_reject(p->pep, ((struct msg_req *)req)->info->handle, NULL, 0);
+	msg_connreq_free(req);
 }
 
 /* libfabric 1.17's tcp provider frees a listener under the requests it
@@ -276,7 +320,7 @@ static void msg_pep_close(struct dfi_pep *pep)
 			} else if (!eq_stash(q, &ev)) {
 				dfi_err(DFI_SS_FABRIC, "no memory to keep a CM event: dropped");
 				if (ev.type == DFI_CM_CONNREQ)
-					fi_freeinfo(ev.req);
+					msg_connreq_free(ev.req);
 			}
 		}
 		n = dfi_halfreq_break(&me, lfd, h, (int)(sizeof(h) / sizeof(h[0])));
@@ -315,12 +359,11 @@ static void msg_pep_close(struct dfi_pep *pep)
 
 static int msg_pep_reject(struct dfi_pep *p, void *req, const void *pdata, size_t plen)
 {
-	struct fi_info *info = req;
-	int rc = fi_reject(MSG_PEP(p)->pep, info->handle, pdata, plen);
+	int rc = fi_reject(MSG_PEP(p)->pep, ((struct msg_req *)req)->info->handle, pdata, plen);
 
 	if (rc)
 		dfi_warn(DFI_SS_FABRIC, "fi_reject: %s", fi_strerror(-rc));
-	fi_freeinfo(info);
+	msg_connreq_free(req);
 	return rc;
 }
 static int msg_srx_open(struct dfi_fabric *f, size_t size, size_t iov_limit,
@@ -366,8 +409,10 @@ static int msg_fep_open(struct dfi_fabric *f, struct dfi_eq *eq, void *req,
 		return -ENOMEM;
 	e->base.be = &dfi_msg_backend;
 	e->sock = -1;
+	e->ctx = ctx;
 	if (req) {
-		info = req;		/* the connection request's, ours now */
+		info = ((struct msg_req *)req)->info;	/* the request's, ours now */
+		e->passive = true;
 	} else {
 		info = fi_dupinfo(f->info);
 		if (!info) {
@@ -382,14 +427,24 @@ static int msg_fep_open(struct dfi_fabric *f, struct dfi_eq *eq, void *req,
 		if (info->src_addr)
 			((struct sockaddr_in *)info->src_addr)->sin_port = 0;
 	}
+	rc = dfi_msg_atom_new(f, e, MSG_EQ(eq)->eq);
+	if (rc)
+		goto err;
+	if (e->atom && req)
+		dfi_msg_atom_peer(e, &((struct msg_req *)req)->peer);
+	/* room for the mailbox writes too: ours, and our answers to the
+	 * peer's, one per slot each way at most (atomic.c) */
+	if (e->atom && tx_size)
+		tx_size += 2 * DFI_MSG_MBOX_SLOTS;
 	if (tx_size)
-		info->tx_attr->size = tx_size;
+		info->tx_attr->size = f->lim.tx_size && tx_size > f->lim.tx_size ? f->lim.tx_size :
+										  tx_size;
 	if (rx_size)
 		info->rx_attr->size = rx_size;
-	rc = fi_endpoint(f->domain, info, &e->ep, ctx);
+	rc = fi_endpoint(f->domain, info, &e->ep, e);
 	if (rc) {
 		dfi_err(DFI_SS_FABRIC, "fi_endpoint: %s", fi_strerror(-rc));
-		goto err;
+		goto err_atom;
 	}
 	rc = fi_ep_bind(e->ep, &MSG_EQ(eq)->eq->fid, 0);
 	if (!rc && srx)
@@ -408,10 +463,14 @@ static int msg_fep_open(struct dfi_fabric *f, struct dfi_eq *eq, void *req,
 	 * program; kept, they were spaced 1.1 KiB wider, and the walk of
 	 * every endpoint on each CQ read (libfabric 1.17 tcp) missed more. */
 	fi_freeinfo(info);
+	if (req)
+		free(req);
 	*out = &e->base;
 	return 0;
 err_ep:
 	fi_close(&e->ep->fid);
+err_atom:
+	dfi_msg_atom_free(e);
 err:
 	if (!req)
 		fi_freeinfo(info);
@@ -422,7 +481,11 @@ err:
 static int msg_fep_connect(struct dfi_fep *e, const struct sockaddr_in *dest, const void *pdata,
 			   size_t plen)
 {
-	int rc = fi_connect(MSG_FEP(e)->ep, dest, pdata, plen);
+	uint8_t buf[DFI_PDATA_MAX];
+	int rc;
+
+	plen = dfi_msg_atom_pdata(MSG_FEP(e), pdata, plen, buf);
+	rc = fi_connect(MSG_FEP(e)->ep, dest, plen ? buf : NULL, plen);
 
 	if (rc)
 		dfi_warn(DFI_SS_FABRIC, "fi_connect: %s", fi_strerror(-rc));
@@ -431,7 +494,11 @@ static int msg_fep_connect(struct dfi_fep *e, const struct sockaddr_in *dest, co
 
 static int msg_fep_accept(struct dfi_fep *e, const void *pdata, size_t plen)
 {
-	int rc = fi_accept(MSG_FEP(e)->ep, pdata, plen);
+	uint8_t buf[DFI_PDATA_MAX];
+	int rc;
+
+	plen = dfi_msg_atom_pdata(MSG_FEP(e), pdata, plen, buf);
+	rc = fi_accept(MSG_FEP(e)->ep, plen ? buf : NULL, plen);
 
 	if (rc)
 		dfi_warn(DFI_SS_FABRIC, "fi_accept: %s", fi_strerror(-rc));
@@ -453,6 +520,7 @@ static void msg_fep_close(struct dfi_fep *fe)
 	struct msg_fep *e = MSG_FEP(fe);
 	int rc;
 
+	dfi_msg_atom_free(e);	/* first: no answer is written for it after */
 	rc = fi_close(&e->ep->fid);
 	if (rc)
 		dfi_warn(DFI_SS_FABRIC, "fi_close(ep): %s", fi_strerror(-rc));
@@ -466,8 +534,22 @@ static int msg_fep_peer(struct dfi_fep *e, struct sockaddr_in *peer)
 	return fi_getpeer(MSG_FEP(e)->ep, peer, &len);
 }
 
+static int msg_open(struct dfi_fabric *f, const struct sockaddr_in *addr, char *err,
+		    size_t errlen)
+{
+	(void)addr;
+	if (f->lim.atomic_emul && dfi_msg_atomics_open(f)) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	return 0;
+}
+
 const struct dfi_backend dfi_msg_backend = {
 	.name = "msg",
+	.open = msg_open,
+	.close = dfi_msg_atomics_close,
+	.cq_data = dfi_msg_cq_data,
 	.eq_open = msg_eq_open,
 	.eq_close = msg_eq_close,
 	.eq_fd = msg_eq_fd,
@@ -497,4 +579,5 @@ const struct dfi_backend dfi_msg_backend = {
 	.post_read = dfi_msg_post_read,
 	.post_senddata = dfi_msg_post_senddata,
 	.post_atomic = dfi_msg_post_atomic,
+	.post_atomic_emul = dfi_msg_post_atomic_emul,
 };

@@ -18,6 +18,7 @@ struct msg_eq {
 	struct dfi_cm_event *stash;
 	int head, n, cap;
 	atomic_int stashed;	/* n - head, for msg_eq_trywait (no lock) */
+	bool trailers;		/* private data carries atomics mailboxes (atomic.c) */
 };
 
 struct msg_pep {
@@ -35,8 +36,22 @@ struct msg_srx {
 
 struct msg_fep {
 	struct dfi_fep base;
-	struct fid_ep *ep;
+	struct fid_ep *ep;	/* its fid's context is this msg_fep */
+	void *ctx;		/* the DAT layer's: its CM events name it */
 	int sock;		/* its socket, once armed (liveness.c); else -1 */
+	bool passive;		/* opened for a connection request */
+	struct msg_atom *atom;	/* emulated atomics' mailbox (atomic.c), or NULL */
+};
+
+/* A connection request: libfabric's, and what its private data's trailer
+ * says of the peer's atomics mailbox (atomic.c). */
+struct msg_req {
+	struct fi_info *info;
+	struct msg_peer {
+		uint64_t addr;
+		uint32_t key, id;
+		uint16_t slots;		/* 0: none */
+	} peer;
 };
 
 #define MSG_EQ(q)	((struct msg_eq *)(q))
@@ -58,6 +73,27 @@ int dfi_msg_post_senddata(struct dfi_fep *e, const struct dfi_sge *sg, int n, ui
 int dfi_msg_post_atomic(struct dfi_fep *e, enum dfi_atomic_op op, const uint64_t *operand,
 			const uint64_t *compare, uint64_t *result, struct dfi_mr *result_mr,
 			uint64_t raddr, uint32_t rkey, void *ctx);
+
+/* atomic.c: emulated atomics where the provider has no FI_ATOMIC.  The
+ * table of mailboxes is the fabric's (f->priv); dfi_msg_atom_new gives e
+ * one if the fabric has a table (else e->atom stays NULL). */
+#define DFI_MSG_MBOX_SLOTS	32	/* requests out per connection and direction */
+int dfi_msg_atomics_open(struct dfi_fabric *f);
+void dfi_msg_atomics_close(struct dfi_fabric *f);
+int dfi_msg_atom_new(struct dfi_fabric *f, struct msg_fep *e, struct fid_eq *eq);
+void dfi_msg_atom_free(struct msg_fep *e);
+/* pdata and e's trailer into out (DFI_PDATA_MAX bytes): its length. */
+size_t dfi_msg_atom_pdata(const struct msg_fep *e, const void *pdata, size_t plen, uint8_t *out);
+/* The consumer's length of a peer's private data, its trailer into peer. */
+size_t dfi_msg_atom_strip(const uint8_t *pdata, size_t plen, struct msg_peer *peer);
+void dfi_msg_atom_peer(struct msg_fep *e, const struct msg_peer *peer);
+int dfi_msg_post_atomic_emul(struct dfi_fep *e, enum dfi_atomic_op op, uint64_t operand,
+			     uint64_t compare, uint64_t raddr, uint32_t rkey, uint64_t id);
+/* A remote write's completion with CQ data (backend cq_data). */
+bool dfi_msg_cq_data(struct dfi_fabric *f, uint64_t data);
+/* An answer's event, as fi_eq_read gave it (FI_NOTIFY), into ev: 1, or 0
+ * if it is none. */
+int dfi_msg_atom_event(const void *buf, size_t len, struct dfi_cm_event *ev);
 
 /* liveness.c */
 int dfi_msg_arm_liveness(struct dfi_fep *e, unsigned timeout_ms, const struct sockaddr_in *dest);

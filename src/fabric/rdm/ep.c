@@ -69,7 +69,6 @@ static int rdm_open(struct dfi_fabric *f, const struct sockaddr_in *addr, char *
 	/* the IB extension's atomics without FI_ATOMIC: over the control
 	 * channel, applied by the target's progress (docs/rdm.md, section 8) */
 	dfi_rcm_serve_atomics(rf->cm, rdm_serve_atomic, f);
-	f->lim.atomic_emul = !f->lim.atomic;
 	f->priv = rf;
 	return 0;
 err_av:
