@@ -188,6 +188,7 @@ $(DATCONF): Makefile | $(LIB)
 	  echo "ofi-net-lo u2.0 nonthreadsafe default $(abspath $(LIB)) dapl.2.0 \"net lo\" \"\""; \
 	  echo "ofi-lo-rr u2.0 nonthreadsafe default $(abspath $(LIB)) dapl.2.0 \"tcp 127.0.0.1 rdma_read=1\" \"\""; \
 	  echo "ofi-lo-extofi u2.0 nonthreadsafe default $(abspath $(LIB)) dapl.2.0 \"tcp lo ext=ofi\" \"\""; \
+	  echo "ofi-lo-noatomics u2.0 nonthreadsafe default $(abspath $(LIB)) dapl.2.0 \"tcp lo atomics=0\" \"\""; \
 	  echo "ofi-sock-lo u2.0 nonthreadsafe default $(abspath $(LIB)) dapl.2.0 \"sockets 127.0.0.1\" \"\""; \
 	  echo "ofi-net-rdm-lo u2.0 nonthreadsafe default $(abspath $(LIB)) dapl.2.0 \"net lo ep=rdm\" \"\""; \
 	  echo "ofi-rxm-lo u2.0 nonthreadsafe default $(abspath $(LIB)) dapl.2.0 \"tcp;ofi_rxm lo\" \"\""; \

@@ -408,7 +408,7 @@ static bool check_params(struct entry *e)
 	case DFI_CFG_WORD:
 		problem(e, "ia_params \"%s\": unexpected word '%s'", p, c->bad);
 		remedy(e, "after the provider and the interface come only key=value options "
-		       "(mtu, rdma_read, domain, ext, ep)");
+		       "(mtu, rdma_read, domain, ext, ep, atomics)");
 		break;
 	case DFI_CFG_VALUE:
 		problem(e, "ia_params \"%s\": %s", p, c->error);
@@ -416,12 +416,13 @@ static bool check_params(struct entry *e)
 		       strcmp(c->bad, "rdma_read") == 0 ? "rdma_read=0 or rdma_read=1" :
 		       strcmp(c->bad, "ext") == 0 ? "ext=ib or ext=ofi" :
 		       strcmp(c->bad, "ep") == 0 ? "ep=msg or ep=rdm" :
+		       strcmp(c->bad, "atomics") == 0 ? "atomics=0 or atomics=1" :
 		       "domain=<libfabric domain name> (fi_info -p <provider> lists them)");
 		break;
 	case DFI_CFG_KEY:
 		problem(e, "ia_params \"%s\": unknown option '%s'", p, c->bad);
 		remedy(e, "remove it; the options are mtu=<bytes>, rdma_read=0|1, "
-		       "domain=<libfabric domain>, ext=ib|ofi and ep=msg|rdm");
+		       "domain=<libfabric domain>, ext=ib|ofi, ep=msg|rdm and atomics=0|1");
 		break;
 	}
 	/* after a bad option, the provider and the address still fill the
@@ -444,8 +445,8 @@ static bool check_params(struct entry *e)
 	}
 	inet_ntop(AF_INET, &sa.sin_addr, e->addr, sizeof(e->addr));
 	iface_of(&sa, e->iface, sizeof(e->iface));
-	r = dfi_fabric_probe(c->prov_name, &sa, c->domain, dfi_cfg_ep_kind(c), &e->lim, err,
-			     sizeof(err));
+	r = dfi_fabric_probe(c->prov_name, &sa, c->domain, dfi_cfg_ep_kind(c), c->atomics, &e->lim,
+			     err, sizeof(err));
 	e->have_lim = r == 0;
 	if (!ok || r == 0)
 		return ok;

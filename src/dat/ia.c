@@ -100,7 +100,7 @@ DAT_RETURN dfi_ia_open(const DAT_NAME_PTR name, DAT_COUNT async_qlen,
 		goto err_ia;
 	}
 	r = dfi_fabric_open(p->cfg.prov_name, &ia->addr, p->cfg.domain, dfi_cfg_ep_kind(&p->cfg),
-			    &ia->fab, err, sizeof(err));
+			    p->cfg.atomics, &ia->fab, err, sizeof(err));
 	if (r && r != -EMFILE && r != -ENFILE && r != -ENOMEM)
 		r = dfi_fds_gone() ? dfi_fds_gone() : r;
 	if (r == -EMFILE || r == -ENFILE || r == -ENOMEM) {

@@ -216,6 +216,9 @@ DAT_RETURN dfi_ib_extension(DAT_HANDLE h, DAT_EXTENDED_OP op, va_list args)
 		if (ep && !dfi_fabric_limits(ep->hdr.ia->fab)->atomic &&
 		    !dfi_fabric_limits(ep->hdr.ia->fab)->atomic_emul)
 			return DFI_REJECT(DFI_ERR(DAT_NOT_IMPLEMENTED, 0),
+					  !ep->hdr.ia->prov->cfg.atomics ?
+					  "%s: atomics are off on this IA (ia_params atomics=0; "
+					  "provider '%s')" :
 					  "%s: libfabric provider '%s' has no FI_ATOMIC, nor the "
 					  "RMA with remote CQ data that dapl-ofi emulates them "
 					  "with (dapl-ofi(7))", op_name(op),

@@ -11,7 +11,8 @@
 #include <string.h>
 
 int dfi_fabric_open(const char *prov, const struct sockaddr_in *addr, const char *domain,
-		    enum dfi_ep_kind kind, struct dfi_fabric **out, char *err, size_t errlen)
+		    enum dfi_ep_kind kind, bool atomics, struct dfi_fabric **out, char *err,
+		    size_t errlen)
 {
 	struct dfi_fabric *f;
 	int rc;
@@ -57,7 +58,7 @@ int dfi_fabric_open(const char *prov, const struct sockaddr_in *addr, const char
 			 fi_strerror(-rc));
 		goto err_fabric;
 	}
-	dfi_fabric_fill_limits(f->info, &f->lim);
+	dfi_fabric_fill_limits(f->info, atomics, &f->lim);
 	if (f->be->open) {
 		rc = f->be->open(f, addr, err, errlen);
 		if (rc)

@@ -62,17 +62,20 @@ struct dfi_fabric_limits {
 int dfi_resolve_ipv4(const char *where, struct sockaddr_in *out);
 
 /* Open fabric + domain of provider `prov` bound to `addr`, for the backend
- * kind asks for.  On failure writes a one-line reason into err and returns
+ * kind asks for; without atomics (ia_params atomics=0) the limits say
+ * none, native or emulated, and private data keeps DFI_PDATA_MAX.  On failure writes a one-line reason into err and returns
  * -ENOENT (libfabric has no such provider), -ENODEV (it has no endpoint
  * dapl-ofi serves on that address, or one it refuses, with the reason) or
  * another negative errno. */
 int dfi_fabric_open(const char *prov, const struct sockaddr_in *addr, const char *domain,
-		    enum dfi_ep_kind kind, struct dfi_fabric **out, char *err, size_t errlen);
+		    enum dfi_ep_kind kind, bool atomics, struct dfi_fabric **out, char *err,
+		    size_t errlen);
 void dfi_fabric_close(struct dfi_fabric *f);
 /* What dfi_fabric_open would open, found with the same fi_getinfo but not
  * opened (daplofi-info): its names and limits in *lim, or the same errors. */
 int dfi_fabric_probe(const char *prov, const struct sockaddr_in *addr, const char *domain,
-		     enum dfi_ep_kind kind, struct dfi_fabric_limits *lim, char *err, size_t errlen);
+		     enum dfi_ep_kind kind, bool atomics, struct dfi_fabric_limits *lim, char *err,
+		     size_t errlen);
 /* The libfabric providers that offer an endpoint dapl-ofi serves on some
  * address: FI_EP_MSG ones, then FI_EP_RDM ones marked so, as
  * "tcp, net, shm (rdm), ...". */

@@ -150,7 +150,8 @@ uint32_t dfi_mr_atomic(struct dfi_fabric *f, enum dfi_atomic_op op, uint64_t add
 /* info.c: the fi_info dfi_fabric_open opens (see dfi_fabric_probe). */
 int dfi_fabric_getinfo(const char *prov, const struct sockaddr_in *addr, const char *domain,
 		       enum dfi_ep_kind kind, struct fi_info **out, char *err, size_t errlen);
-void dfi_fabric_fill_limits(const struct fi_info *i, struct dfi_fabric_limits *l);
+/* its limits; atomics false: none, native or emulated (ia_params atomics=0) */
+void dfi_fabric_fill_limits(const struct fi_info *i, bool atomics, struct dfi_fabric_limits *l);
 
 /* Bind ep to its transmit and receive CQs (one bind if they are the same
  * CQ), as both backends' endpoints do (cq.c).  0 or -FI_E*. */

@@ -204,7 +204,7 @@ int dfi_fabric_getinfo(const char *prov, const struct sockaddr_in *addr, const c
 	return rc == -FI_ENODATA ? -ENODEV : rc;
 }
 
-void dfi_fabric_fill_limits(const struct fi_info *i, struct dfi_fabric_limits *l)
+void dfi_fabric_fill_limits(const struct fi_info *i, bool atomics, struct dfi_fabric_limits *l)
 {
 	l->rdm = i->ep_attr->type == FI_EP_RDM;
 	l->unordered = l->rdm;
@@ -216,11 +216,12 @@ void dfi_fabric_fill_limits(const struct fi_info *i, struct dfi_fabric_limits *l
 	l->max_msg_size = i->ep_attr->max_msg_size;
 	l->mr_key_size = i->domain_attr->mr_key_size;
 	l->cq_data_size = i->domain_attr->cq_data_size;
-	l->atomic = (i->caps & FI_ATOMIC) != 0;
+	l->atomic = atomics && (i->caps & FI_ATOMIC);
 	/* rdm/ emulates over its control channel (rdm/ep.c); msg/ over RMA
 	 * writes with CQ data into mailboxes that the CM exchange announces
 	 * in a trailer of the private data (msg/atomic.c) */
-	l->atomic_emul = !l->atomic && (l->rdm || ((i->caps & FI_RMA) && l->cq_data_size >= 8));
+	l->atomic_emul = atomics && !l->atomic &&
+			 (l->rdm || ((i->caps & FI_RMA) && l->cq_data_size >= 8));
 	l->pdata_max = l->atomic_emul && !l->rdm ? DFI_PDATA_MAX - DFI_MSG_TRAILER : DFI_PDATA_MAX;
 	l->rx_cq_own = l->atomic_emul && !l->rdm;
 	l->inject_size = i->tx_attr->inject_size < DFI_INJECT_MAX ? i->tx_attr->inject_size :
@@ -235,13 +236,14 @@ void dfi_fabric_fill_limits(const struct fi_info *i, struct dfi_fabric_limits *l
 }
 
 int dfi_fabric_probe(const char *prov, const struct sockaddr_in *addr, const char *domain,
-		     enum dfi_ep_kind kind, struct dfi_fabric_limits *lim, char *err, size_t errlen)
+		     enum dfi_ep_kind kind, bool atomics, struct dfi_fabric_limits *lim, char *err,
+		     size_t errlen)
 {
 	struct fi_info *info;
 	int rc = dfi_fabric_getinfo(prov, addr, domain, kind, &info, err, errlen);
 
 	if (rc == 0)
-		dfi_fabric_fill_limits(info, lim);
+		dfi_fabric_fill_limits(info, atomics, lim);
 	fi_freeinfo(info);
 	return rc;
 }

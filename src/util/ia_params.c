@@ -45,6 +45,7 @@ void dfi_ia_params_parse(const char *params, struct dfi_config *c)
 
 	memset(c, 0, sizeof(*c));
 	c->mtu = 2048;
+	c->atomics = true;
 	if (!params || strlen(params) >= sizeof(buf)) {
 		cfg_error(c, DFI_CFG_TOO_LONG, NULL, "ia_params missing or too long");
 		return;
@@ -79,6 +80,8 @@ void dfi_ia_params_parse(const char *params, struct dfi_config *c)
 			c->mtu = (unsigned)v;
 		else if (strcmp(tok, "rdma_read") == 0 && parse_uint(eq + 1, 1, &v))
 			c->rdma_read = v != 0;
+		else if (strcmp(tok, "atomics") == 0 && parse_uint(eq + 1, 1, &v))
+			c->atomics = v != 0;
 		else if (strcmp(tok, "domain") == 0 && strlen(eq + 1) < sizeof(c->domain))
 			strcpy(c->domain, eq + 1);
 		else if (strcmp(tok, "ext") == 0 &&
@@ -89,11 +92,12 @@ void dfi_ia_params_parse(const char *params, struct dfi_config *c)
 			c->ep = eq[1] == 'm' ? DFI_CFG_EP_MSG : DFI_CFG_EP_RDM;
 		else if (strcmp(tok, "mtu") == 0 || strcmp(tok, "rdma_read") == 0 ||
 			 strcmp(tok, "domain") == 0 || strcmp(tok, "ext") == 0 ||
-			 strcmp(tok, "ep") == 0)
+			 strcmp(tok, "ep") == 0 || strcmp(tok, "atomics") == 0)
 			cfg_error(c, DFI_CFG_VALUE, tok, "bad value '%s' for %s", eq + 1, tok);
 		else
 			cfg_error(c, DFI_CFG_KEY, tok,
-				  "unknown option '%s' (known: mtu, rdma_read, domain, ext, ep)", tok);
+				  "unknown option '%s' (known: mtu, rdma_read, domain, ext, ep, atomics)",
+				  tok);
 	}
 	if (!c->prov_name[0] || !c->where[0])
 		cfg_error(c, DFI_CFG_SHAPE, NULL,

@@ -6,7 +6,10 @@
  *       extension's DAT_OFI_EXTENSION for programs built before both were
  *       served at once; both extensions' ops work either way),
  *       ep=msg|rdm (the libfabric endpoint type DAT endpoints map onto; by
- *       default FI_EP_MSG where the provider has it, FI_EP_RDM otherwise).
+ *       default FI_EP_MSG where the provider has it, FI_EP_RDM otherwise),
+ *       atomics=0|1 (the IB extension's atomics, native or emulated; 0: none,
+ *       and tcp's and net's connected endpoints keep 256 bytes of private
+ *       data and no mailbox).
  * One parser for the library (dat_provider_init) and daplofi-info. */
 #ifndef DFI_IA_PARAMS_H
 #define DFI_IA_PARAMS_H
@@ -32,6 +35,7 @@ struct dfi_config {
 	unsigned mtu;			/* exported as DAT_IB_TRANSPORT_MTU */
 	bool rdma_read;			/* exported as DAT_IB_RDMA_READ */
 	bool ext_ofi;			/* ext=ofi: report DAT_OFI_EXTENSION */
+	bool atomics;			/* atomics=1, the default */
 	enum { DFI_CFG_EP_ANY, DFI_CFG_EP_MSG, DFI_CFG_EP_RDM } ep;	/* ep= */
 	enum dfi_cfg_err err;		/* the first problem found */
 	char bad[128];			/* the word it is about, if any */

@@ -54,10 +54,12 @@ int dfi_resolve_ipv4(const char *where, struct sockaddr_in *out)
 
 /* Providers: "tcp" works, "nop" has no FI_EP_MSG, the rest do not exist. */
 int dfi_fabric_probe(const char *prov, const struct sockaddr_in *addr, const char *domain,
-		     enum dfi_ep_kind kind, struct dfi_fabric_limits *lim, char *err, size_t errlen)
+		     enum dfi_ep_kind kind, bool atomics, struct dfi_fabric_limits *lim, char *err,
+		     size_t errlen)
 {
 	(void)addr;
 	(void)kind;
+	(void)atomics;
 	memset(lim, 0, sizeof(*lim));
 	if (strcmp(prov, "tcp") == 0) {
 		snprintf(lim->prov_name, sizeof(lim->prov_name), "%s", prov);

@@ -15,7 +15,9 @@
  * untouched, a good request answers the old value; the DAT side reports
  * nothing of it and its connection still carries a message.  A peer that
  * sends no trailer gets its private data whole, and the DAT side's atomics
- * to it are refused with DAT_NOT_IMPLEMENTED.
+ * to it are refused with DAT_NOT_IMPLEMENTED; so does an IA with ia_params
+ * atomics=0 beside one that emulates them, each seeing the other's private
+ * data alone (232 bytes one way, 256 the other).
  *
  * Links -ldat2 and -lfabric (the peer); the IA is ofi-lo through
  * DAT_OVERRIDE.  About 1 s.
@@ -73,13 +75,15 @@ struct srv {
 	uint64_t *buf;			/* [0]: the atomic target, [8..]: receives */
 };
 
-static void srv_open(struct srv *s)
+static void srv_open_ia(struct srv *s, const char *ia_name)
 {
 	DAT_REGION_DESCRIPTION region;
+	char name[DAT_NAME_MAX_LENGTH];
 	DAT_VLEN len;
 
 	memset(s, 0, sizeof(*s));
-	assert_ok(dat_ia_open(IA_NAME, 8, &s->async, &s->ia));
+	snprintf(name, sizeof(name), "%s", ia_name);	/* dat_ia_open takes no const */
+	assert_ok(dat_ia_open(name, 8, &s->async, &s->ia));
 	assert_ok(dat_pz_create(s->ia, &s->pz));
 	assert_ok(dat_evd_create(s->ia, 8, DAT_HANDLE_NULL, DAT_EVD_CR_FLAG, &s->cr));
 	assert_ok(dat_evd_create(s->ia, 8, DAT_HANDLE_NULL, DAT_EVD_CONNECTION_FLAG, &s->conn));
@@ -95,6 +99,11 @@ static void srv_open(struct srv *s)
 				 DAT_MEM_PRIV_ALL_FLAG | DAT_IB_MEM_PRIV_REMOTE_ATOMIC,
 				 DAT_VA_TYPE_VA, &s->lmr, &s->lctx, &s->rctx, &len, &s->reg));
 	assert_ok(dat_ep_create(s->ia, s->pz, s->rcv, s->req, s->conn, NULL, &s->ep));
+}
+
+static void srv_open(struct srv *s)
+{
+	srv_open_ia(s, IA_NAME);
 }
 
 static void srv_close(struct srv *s)
@@ -445,11 +454,96 @@ static void test_peer_without_mailbox(void **state)
 	alarm(0);
 }
 
+static DAT_COUNT pdata_max(DAT_IA_HANDLE ia)
+{
+	DAT_PROVIDER_ATTR pa;
+
+	memset(&pa, 0, sizeof(pa));
+	assert_ok(dat_ia_query(ia, NULL, 0, NULL, DAT_PROVIDER_FIELD_ALL, &pa));
+	return pa.max_private_data_size;
+}
+
+static bool has_attr(DAT_IA_HANDLE ia, const char *name)
+{
+	DAT_PROVIDER_ATTR pa;
+
+	memset(&pa, 0, sizeof(pa));
+	assert_ok(dat_ia_query(ia, NULL, 0, NULL, DAT_PROVIDER_FIELD_ALL, &pa));
+	for (DAT_COUNT i = 0; i < pa.num_provider_specific_attr; i++)
+		if (strcmp(pa.provider_specific_attr[i].name, name) == 0)
+			return true;
+	return false;
+}
+
+/* An IA with ia_params atomics=0 (ofi-lo-noatomics) announces no atomics
+ * and keeps 256 bytes of private data; against an IA that emulates them
+ * (ofi-lo) each side sees the other's bytes alone, and atomics either way
+ * are DAT_NOT_IMPLEMENTED. */
+static void test_atomics_off_beside_on(void **state)
+{
+	struct srv off, on;
+	struct sockaddr_in a = { .sin_family = AF_INET };
+	uint8_t cpd[232], spd[256];
+	DAT_LMR_TRIPLET l;
+	DAT_RMR_TRIPLET r;
+	DAT_CR_PARAM crp;
+	DAT_EVENT ev;
+
+	(void)state;
+	watchdog(__func__, 60);
+	srv_open_ia(&off, "ofi-lo-noatomics");
+	srv_open(&on);
+	assert_int_equal(pdata_max(off.ia), 256);
+	assert_int_equal(pdata_max(on.ia), 232);
+	assert_false(has_attr(off.ia, DAT_IB_ATTR_FETCH_AND_ADD));
+	assert_true(has_attr(on.ia, DAT_IB_ATTR_FETCH_AND_ADD));
+	for (size_t i = 0; i < sizeof(cpd); i++)
+		cpd[i] = (uint8_t)(i * 7 + 1);
+	for (size_t i = 0; i < sizeof(spd); i++)
+		spd[i] = (uint8_t)(i * 13 + 5);
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_ok(dat_ep_connect(on.ep, (DAT_IA_ADDRESS_PTR)&a, off.port, 5000000, sizeof(cpd),
+				 cpd, DAT_QOS_BEST_EFFORT, DAT_CONNECT_DEFAULT_FLAG));
+	assert_ok(next(off.cr, 5000, &ev));
+	assert_int_equal(ev.event_number, DAT_CONNECTION_REQUEST_EVENT);
+	assert_ok(dat_cr_query(ev.event_data.cr_arrival_event_data.cr_handle, DAT_CR_FIELD_ALL,
+			       &crp));
+	assert_int_equal(crp.private_data_size, sizeof(cpd));	/* the trailer stripped */
+	assert_memory_equal(crp.private_data, cpd, sizeof(cpd));
+	assert_ok(dat_cr_accept(ev.event_data.cr_arrival_event_data.cr_handle, off.ep,
+				sizeof(spd), spd));
+	assert_ok(next(on.conn, 5000, &ev));
+	assert_int_equal(ev.event_number, DAT_CONNECTION_EVENT_ESTABLISHED);
+	assert_int_equal(ev.event_data.connect_event_data.private_data_size, sizeof(spd));
+	assert_memory_equal(ev.event_data.connect_event_data.private_data, spd, sizeof(spd));
+	assert_ok(next(off.conn, 5000, &ev));
+	assert_int_equal(ev.event_number, DAT_CONNECTION_EVENT_ESTABLISHED);
+
+	l = (DAT_LMR_TRIPLET){ .lmr_context = on.lctx, .virtual_address = on.reg + 8,
+			       .segment_length = 8 };
+	r = (DAT_RMR_TRIPLET){ .rmr_context = off.rctx, .virtual_address = off.reg,
+			       .segment_length = 8 };
+	assert_err(dat_ib_post_fetch_and_add(on.ep, 1, &l, (DAT_DTO_COOKIE){ .as_64 = 1 }, &r,
+					     DAT_COMPLETION_DEFAULT_FLAG), DAT_NOT_IMPLEMENTED);
+	l = (DAT_LMR_TRIPLET){ .lmr_context = off.lctx, .virtual_address = off.reg + 8,
+			       .segment_length = 8 };
+	r = (DAT_RMR_TRIPLET){ .rmr_context = on.rctx, .virtual_address = on.reg,
+			       .segment_length = 8 };
+	assert_err(dat_ib_post_fetch_and_add(off.ep, 1, &l, (DAT_DTO_COOKIE){ .as_64 = 2 }, &r,
+					     DAT_COMPLETION_DEFAULT_FLAG), DAT_NOT_IMPLEMENTED);
+	assert_int_equal(off.buf[0], 0);
+	assert_int_equal(on.buf[0], 0);
+	srv_close(&on);
+	srv_close(&off);
+	alarm(0);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_hostile_mailbox_writes),
 		cmocka_unit_test(test_peer_without_mailbox),
+		cmocka_unit_test(test_atomics_off_beside_on),
 	};
 
 	default_dat_override();

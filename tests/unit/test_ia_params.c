@@ -29,6 +29,14 @@ static void test_good(void **state)
 	assert_int_equal(c.mtu, 2048);
 	assert_false(c.rdma_read);
 	assert_false(c.ext_ofi);	/* the IA reports DAT_EXTENSION_IB */
+	assert_true(c.atomics);		/* native or emulated */
+
+	dfi_ia_params_parse("tcp lo atomics=0", &c);
+	assert_int_equal(c.err, DFI_CFG_OK);
+	assert_false(c.atomics);
+	dfi_ia_params_parse("tcp lo atomics=1", &c);
+	assert_int_equal(c.err, DFI_CFG_OK);
+	assert_true(c.atomics);
 
 	dfi_ia_params_parse("tcp lo ext=ofi", &c);
 	assert_int_equal(c.err, DFI_CFG_OK);
@@ -72,6 +80,7 @@ static void test_bad(void **state)
 	expect("tcp lo mtu=100", DFI_CFG_VALUE, "mtu");
 	expect("tcp lo rdma_read=2", DFI_CFG_VALUE, "rdma_read");
 	expect("tcp lo ext=iw", DFI_CFG_VALUE, "ext");
+	expect("tcp lo atomics=yes", DFI_CFG_VALUE, "atomics");
 	expect("tcp lo ext=", DFI_CFG_VALUE, "ext");
 	expect("tcp lo extra", DFI_CFG_WORD, "extra");
 	/* the first problem is the one reported */

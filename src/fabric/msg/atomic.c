@@ -262,6 +262,11 @@ size_t dfi_msg_atom_pdata(const struct msg_fep *e, const void *pdata, size_t ple
 	return plen + sizeof(tr);
 }
 
+/* Every MSG IA strips a trailer it finds, whether it emulates atomics or
+ * not (ia_params atomics=0): a peer configured otherwise still sees the
+ * consumer's bytes alone.  Found: the magic, and a version and slot count
+ * that make sense; a consumer's private data that ends so by chance is cut
+ * short (odds of 2^-32). */
 size_t dfi_msg_atom_strip(const uint8_t *pdata, size_t plen, struct msg_peer *peer)
 {
 	struct trailer tr;

@@ -23,7 +23,6 @@ static int msg_eq_open(struct dfi_fabric *f, struct dfi_eq **out)
 		return -ENOMEM;
 	q->base.be = &dfi_msg_backend;
 	q->fabric = f->fabric;
-	q->trailers = f->lim.atomic_emul;
 	rc = fi_eq_open(f->fabric, &attr, &q->eq, NULL);
 	if (rc) {
 		dfi_err(DFI_SS_FABRIC, "fi_eq_open: %s", fi_strerror(-rc));
@@ -91,7 +90,7 @@ static void *ev_ctx(const struct fid *fid)
 
 /* A connection request, wrapped with its trailer's news (a struct msg_req
  * as ev->req), or refused without memory: 1 or 0. */
-static int eq_connreq(struct msg_eq *q, struct fi_eq_cm_entry *ent, struct dfi_cm_event *ev)
+static int eq_connreq(struct fi_eq_cm_entry *ent, struct dfi_cm_event *ev)
 {
 	struct msg_req *r = malloc(sizeof(*r));
 
@@ -103,8 +102,7 @@ static int eq_connreq(struct msg_eq *q, struct fi_eq_cm_entry *ent, struct dfi_c
 	}
 	r->info = ent->info;
 	memset(&r->peer, 0, sizeof(r->peer));
-	if (q->trailers)
-		ev->plen = dfi_msg_atom_strip(ev->pdata, ev->plen, &r->peer);
+	ev->plen = dfi_msg_atom_strip(ev->pdata, ev->plen, &r->peer);
 	ev->type = DFI_CM_CONNREQ;
 	ev->req = r;
 	return 1;
@@ -156,10 +154,10 @@ static int eq_read_fi(struct msg_eq *q, struct dfi_cm_event *ev)
 	}
 	switch (event) {
 	case FI_CONNREQ:
-		return eq_connreq(q, ent, ev);
+		return eq_connreq(ent, ev);
 	case FI_CONNECTED:
 		ev->type = DFI_CM_CONNECTED;
-		if (q->trailers && ent->fid && ent->fid->fclass == FI_CLASS_EP) {
+		if (ent->fid && ent->fid->fclass == FI_CLASS_EP) {
 			struct msg_fep *e = ent->fid->context;
 			struct msg_peer peer;
 

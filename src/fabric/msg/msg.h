@@ -18,7 +18,6 @@ struct msg_eq {
 	struct dfi_cm_event *stash;
 	int head, n, cap;
 	atomic_int stashed;	/* n - head, for msg_eq_trywait (no lock) */
-	bool trailers;		/* private data carries atomics mailboxes (atomic.c) */
 };
 
 struct msg_pep {
