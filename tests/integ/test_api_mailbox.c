@@ -368,6 +368,20 @@ static void accept_peer(struct srv *s, struct peer *p, size_t want_plen)
 	assert_ok(dat_cr_accept(cr, s->ep, 0, NULL));
 }
 
+/* A server and the raw peer, connected (with_trailer: the peer announces
+ * a mailbox). */
+static void connect_pair(struct srv *s, struct peer *p, bool with_trailer)
+{
+	DAT_EVENT ev;
+
+	srv_open(s);
+	peer_connect(p, s, with_trailer);
+	accept_peer(s, p, 7);
+	peer_connected(p, with_trailer);
+	assert_ok(next(s->conn, 5000, &ev));
+	assert_int_equal(ev.event_number, DAT_CONNECTION_EVENT_ESTABLISHED);
+}
+
 static void test_hostile_mailbox_writes(void **state)
 {
 	struct srv s;
@@ -379,12 +393,7 @@ static void test_hostile_mailbox_writes(void **state)
 
 	(void)state;
 	watchdog(__func__, 60);
-	srv_open(&s);
-	peer_connect(&p, &s, true);
-	accept_peer(&s, &p, 7);
-	peer_connected(&p, true);
-	assert_ok(next(s.conn, 5000, &ev));
-	assert_int_equal(ev.event_number, DAT_CONNECTION_EVENT_ESTABLISHED);
+	connect_pair(&s, &p, true);
 	target = (uint64_t)s.reg;
 	s.buf[0] = 40;
 
@@ -437,12 +446,7 @@ static void test_peer_without_mailbox(void **state)
 
 	(void)state;
 	watchdog(__func__, 60);
-	srv_open(&s);
-	peer_connect(&p, &s, false);
-	accept_peer(&s, &p, 7);
-	peer_connected(&p, false);
-	assert_ok(next(s.conn, 5000, &ev));
-	assert_int_equal(ev.event_number, DAT_CONNECTION_EVENT_ESTABLISHED);
+	connect_pair(&s, &p, false);
 	l = (DAT_LMR_TRIPLET){ .lmr_context = s.lctx, .virtual_address = s.reg + 8,
 			       .segment_length = 8 };
 	r = (DAT_RMR_TRIPLET){ .rmr_context = 1, .virtual_address = 0, .segment_length = 8 };
