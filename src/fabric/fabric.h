@@ -63,10 +63,11 @@ int dfi_resolve_ipv4(const char *where, struct sockaddr_in *out);
 
 /* Open fabric + domain of provider `prov` bound to `addr`, for the backend
  * kind asks for; without atomics (ia_params atomics=0) the limits say
- * none, native or emulated, and private data keeps DFI_PDATA_MAX.  On failure writes a one-line reason into err and returns
- * -ENOENT (libfabric has no such provider), -ENODEV (it has no endpoint
- * dapl-ofi serves on that address, or one it refuses, with the reason) or
- * another negative errno. */
+ * none, native or emulated, and private data keeps DFI_PDATA_MAX.  On
+ * failure writes a one-line reason into err and returns -ENOENT (libfabric
+ * has no such provider), -ENODEV (it has no endpoint dapl-ofi serves on
+ * that address, or one it refuses, with the reason) or another negative
+ * errno. */
 int dfi_fabric_open(const char *prov, const struct sockaddr_in *addr, const char *domain,
 		    enum dfi_ep_kind kind, bool atomics, struct dfi_fabric **out, char *err,
 		    size_t errlen);
