@@ -525,6 +525,13 @@ static int pdata_max(const struct dfi_ia *ia)
 	return (int)dfi_fabric_limits(ia->fab)->pdata_max;
 }
 
+/* A private data argument ia cannot carry: a length out of range, or none
+ * given for a length. */
+static bool pdata_bad(const struct dfi_ia *ia, DAT_COUNT plen, const void *pdata)
+{
+	return plen < 0 || plen > pdata_max(ia) || (plen && !pdata);
+}
+
 DAT_RETURN dfi_cr_accept(DAT_CR_HANDLE h, DAT_EP_HANDLE eph, DAT_COUNT plen,
 			 const DAT_PVOID pdata)
 {
@@ -554,7 +561,7 @@ DAT_RETURN dfi_cr_accept(DAT_CR_HANDLE h, DAT_EP_HANDLE eph, DAT_COUNT plen,
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EP),
 				  "%p is not an EP of this IA%s", (void *)eph,
 				  eph ? "" : " (and the CR did not come to a live RSP or with an EP)");
-	if (plen < 0 || plen > pdata_max(ia) || (plen && !pdata))
+	if (pdata_bad(ia, plen, pdata))
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3),
 				  "private data size %d (max %d)", plen, pdata_max(ia));
 	cm_touch(ia);
@@ -622,7 +629,7 @@ DAT_RETURN dfi_cr_reject(DAT_CR_HANDLE h, DAT_COUNT plen, const DAT_PVOID pdata)
 	if (!cr)
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_CR),
 				  "%p is not a CR handle", (void *)h);
-	if (plen < 0 || plen > pdata_max(cr->hdr.ia) || (plen && !pdata))
+	if (pdata_bad(cr->hdr.ia, plen, pdata))
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2),
 				  "private data size %d (max %d)", plen, pdata_max(cr->hdr.ia));
 	dfi_cnt_add(&cr->hdr.ia->cnt[DCNT_IA_SP_CR_REJECTED], 1);	/* cr goes here */
@@ -748,7 +755,7 @@ DAT_RETURN dfi_ep_connect(DAT_EP_HANDLE h, DAT_IA_ADDRESS_PTR addr, DAT_CONN_QUA
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3),
 				  "connection qualifier %llu maps to TCP port 0",
 				  (unsigned long long)qual);
-	if (plen < 0 || plen > pdata_max(ep->hdr.ia) || (plen && !pdata))
+	if (pdata_bad(ep->hdr.ia, plen, pdata))
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG5),
 				  "private data size %d (max %d)", plen, pdata_max(ep->hdr.ia));
 	memcpy(&dest, addr, sizeof(dest));
@@ -773,7 +780,7 @@ DAT_RETURN dfi_ep_common_connect(DAT_EP_HANDLE h, DAT_IA_ADDRESS_PTR addr, DAT_T
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_ADDRESS, DAT_INVALID_ADDRESS_UNREACHABLE),
 				  "EP %p: remote address has port 0 (dat_ep_common_connect takes "
 				  "the port from the address)", (void *)ep);
-	if (plen < 0 || plen > pdata_max(ep->hdr.ia) || (plen && !pdata))
+	if (pdata_bad(ep->hdr.ia, plen, pdata))
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG4),
 				  "private data size %d (max %d)", plen, pdata_max(ep->hdr.ia));
 	return ep_connect_to(ep, dest, ntohs(dest.sin_port), timeout, plen, pdata);
@@ -802,7 +809,7 @@ DAT_RETURN dfi_ep_dup_connect(DAT_EP_HANDLE h, DAT_EP_HANDLE duph, DAT_TIMEOUT t
 	if (timeout == 0)
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3),
 				  "timeout 0");
-	if (plen < 0 || plen > pdata_max(ep->hdr.ia) || (plen && !pdata))
+	if (pdata_bad(ep->hdr.ia, plen, pdata))
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG4),
 				  "private data size %d (max %d)", plen, pdata_max(ep->hdr.ia));
 	pthread_mutex_lock(&ep->hdr.ia->cm_lock);

@@ -263,6 +263,14 @@ static const char *prov_attr(DAT_IA_HANDLE ia, const char *name)
 	return NULL;
 }
 
+/* The IA's atomics are dapl-ofi's own (DAPL_OFI_ATOMICS "emulated"). */
+static bool atomics_emulated(DAT_IA_HANDLE ia)
+{
+	const char *how = prov_attr(ia, DAPL_OFI_ATTR_ATOMICS);
+
+	return how && strcmp(how, "emulated") == 0;
+}
+
 /* ------------------------------------------------------------------ tests */
 
 /* The IA says IB extension, with the attributes of what is served; the
@@ -752,10 +760,9 @@ static void test_atomics_emulated_refused(void **state)
 	DAT_RMR_CONTEXT prctx;
 	DAT_VLEN plen;
 	DAT_VADDR paddr;
-	const char *how = prov_attr(p->c.ia, DAPL_OFI_ATTR_ATOMICS);
 	uint8_t *mem;
 
-	if (!how || strcmp(how, "emulated") != 0)
+	if (!atomics_emulated(p->c.ia))
 		skip();
 	watchdog("test_atomics_emulated_refused", 30);
 	establish(p);
@@ -808,12 +815,11 @@ static void test_atomics_emulated_disconnect(void **state)
 	struct pair *p = *state;
 	DAT_LMR_TRIPLET l[16];
 	DAT_RMR_TRIPLET r = rseg(&p->s, 8192, 8);
-	const char *how = prov_attr(p->c.ia, DAPL_OFI_ATTR_ATOMICS);
 	int done = 0, flushed = 0;
 	bool seen[16] = { false };
 	DAT_EVENT ev;
 
-	if (!how || strcmp(how, "emulated") != 0)
+	if (!atomics_emulated(p->c.ia))
 		skip();
 	watchdog("test_atomics_emulated_disconnect", 30);
 	establish(p);
@@ -871,12 +877,11 @@ static void test_atomics_target_waits_on_requests(void **state)
 	struct pair *p = *state;
 	DAT_LMR_TRIPLET l = seg(&p->c, 64, 8), rl = seg(&p->c, 128, 8), sl = seg(&p->s, 0, 8);
 	DAT_RMR_TRIPLET r = rseg(&p->s, 8192, 8);
-	const char *how = prov_attr(p->c.ia, DAPL_OFI_ATTR_ATOMICS);
 	struct req_waiter w = { .evd = p->s.req };
 	pthread_t t;
 	DAT_EVENT ev;
 
-	if (!how || strcmp(how, "emulated") != 0)
+	if (!atomics_emulated(p->c.ia))
 		skip();
 	watchdog("test_atomics_target_waits_on_requests", 60);
 	establish(p);

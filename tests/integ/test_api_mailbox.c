@@ -479,6 +479,18 @@ static bool has_attr(DAT_IA_HANDLE ia, const char *name)
 	return false;
 }
 
+/* A fetch-and-add of from's on to's word is DAT_NOT_IMPLEMENTED. */
+static void fetch_add_refused(struct srv *from, struct srv *to)
+{
+	DAT_LMR_TRIPLET l = { .lmr_context = from->lctx, .virtual_address = from->reg + 8,
+			      .segment_length = 8 };
+	DAT_RMR_TRIPLET r = { .rmr_context = to->rctx, .virtual_address = to->reg,
+			      .segment_length = 8 };
+
+	assert_err(dat_ib_post_fetch_and_add(from->ep, 1, &l, (DAT_DTO_COOKIE){ .as_64 = 1 },
+					     &r, DAT_COMPLETION_DEFAULT_FLAG), DAT_NOT_IMPLEMENTED);
+}
+
 /* An IA with ia_params atomics=0 (ofi-lo-noatomics) announces no atomics
  * and keeps 256 bytes of private data; against an IA that emulates them
  * (ofi-lo) each side sees the other's bytes alone, and atomics either way
@@ -488,8 +500,6 @@ static void test_atomics_off_beside_on(void **state)
 	struct srv off, on;
 	struct sockaddr_in a = { .sin_family = AF_INET };
 	uint8_t cpd[232], spd[256];
-	DAT_LMR_TRIPLET l;
-	DAT_RMR_TRIPLET r;
 	DAT_CR_PARAM crp;
 	DAT_EVENT ev;
 
@@ -523,18 +533,8 @@ static void test_atomics_off_beside_on(void **state)
 	assert_ok(next(off.conn, 5000, &ev));
 	assert_int_equal(ev.event_number, DAT_CONNECTION_EVENT_ESTABLISHED);
 
-	l = (DAT_LMR_TRIPLET){ .lmr_context = on.lctx, .virtual_address = on.reg + 8,
-			       .segment_length = 8 };
-	r = (DAT_RMR_TRIPLET){ .rmr_context = off.rctx, .virtual_address = off.reg,
-			       .segment_length = 8 };
-	assert_err(dat_ib_post_fetch_and_add(on.ep, 1, &l, (DAT_DTO_COOKIE){ .as_64 = 1 }, &r,
-					     DAT_COMPLETION_DEFAULT_FLAG), DAT_NOT_IMPLEMENTED);
-	l = (DAT_LMR_TRIPLET){ .lmr_context = off.lctx, .virtual_address = off.reg + 8,
-			       .segment_length = 8 };
-	r = (DAT_RMR_TRIPLET){ .rmr_context = on.rctx, .virtual_address = on.reg,
-			       .segment_length = 8 };
-	assert_err(dat_ib_post_fetch_and_add(off.ep, 1, &l, (DAT_DTO_COOKIE){ .as_64 = 2 }, &r,
-					     DAT_COMPLETION_DEFAULT_FLAG), DAT_NOT_IMPLEMENTED);
+	fetch_add_refused(&on, &off);
+	fetch_add_refused(&off, &on);
 	assert_int_equal(off.buf[0], 0);
 	assert_int_equal(on.buf[0], 0);
 	srv_close(&on);

@@ -47,6 +47,7 @@
 #define CQD_CHECK	0xa7u
 #define CQD_SLOT(d)	((uint32_t)(d) & 0xffffu)
 #define ID_INDEX_BITS	20		/* the id: generation above, index below */
+#define ID_INDEX(id)	((id) & ((1u << ID_INDEX_BITS) - 1))
 
 /* A request, as the origin writes it (little-endian). */
 struct mbox_req {
@@ -90,8 +91,9 @@ struct msg_atom {
 	struct dfi_mr *mr;
 	uint32_t key;
 	uint32_t id;			/* the peer names this endpoint with it */
-	struct msg_peer peer;		/* under the table's lock */
-	_Atomic uint64_t busy;		/* our requests out, by slot of the peer's mailbox */
+	/* under the table's lock: */
+	struct msg_peer peer;
+	uint64_t busy;			/* our requests out, by slot of the peer's mailbox */
 };
 
 /* The fabric's endpoints with a mailbox, by id (f->priv). */
@@ -167,7 +169,7 @@ static int64_t index_take(struct msg_atomics *t)
 /* The endpoint this id names (lock held), or NULL. */
 static struct msg_atom *atom_by_id(struct msg_atomics *t, uint32_t id)
 {
-	uint32_t i = id & ((1u << ID_INDEX_BITS) - 1);
+	uint32_t i = ID_INDEX(id);
 
 	if (i >= t->used || !t->by_index[i] || t->by_index[i]->id != id)
 		return NULL;
@@ -229,7 +231,7 @@ void dfi_msg_atom_free(struct msg_fep *e)
 	if (!a)
 		return;
 	t = a->f->priv;
-	i = a->id & ((1u << ID_INDEX_BITS) - 1);
+	i = ID_INDEX(a->id);
 	pthread_mutex_lock(&t->lock);
 	t->by_index[i] = NULL;	/* no completion finds it from now on */
 	t->free[t->nfree++] = i;
@@ -305,14 +307,19 @@ void dfi_msg_atom_peer(struct msg_fep *e, const struct msg_peer *peer)
 			 "to it are refused", (void *)e);
 }
 
-/* One mailbox write, retried a bounded while on a full queue (tcp's
+/* One write into slot k of the peer's mailbox, a request or an answer
+ * (table lock held), retried a bounded while on a full queue (tcp's
  * injects leave its queue as the socket takes them). */
-static int mbox_write(struct msg_atom *a, const void *buf, size_t len, uint64_t data,
-		      uint64_t raddr)
+static int mbox_write(struct msg_atom *a, bool answer, uint32_t k, const void *buf, size_t len)
 {
+	uint64_t data = (answer ? CQD_ANSWER : 0) | (uint64_t)a->peer.id << 32 |
+			CQD_CHECK << 16 | k;
+	uint64_t raddr = a->peer.addr +
+			 (answer ? offsetof(struct mbox, rep) + k * sizeof(struct mbox_rep) :
+				   offsetof(struct mbox, req) + k * sizeof(struct mbox_req));
 	ssize_t rc;
 
-	for (int k = 0; k < 1000; k++) {
+	for (int n = 0; n < 1000; n++) {
 		rc = fi_inject_writedata(a->e->ep, buf, len, data, 0, raddr, a->peer.key);
 		if (rc != -FI_EAGAIN)
 			break;
@@ -327,7 +334,6 @@ int dfi_msg_post_atomic_emul(struct dfi_fep *fe, enum dfi_atomic_op op, uint64_t
 	struct msg_atom *a = MSG_FEP(fe)->atom;
 	struct msg_atomics *t;
 	struct mbox_req r;
-	uint64_t busy, data;
 	int k, rc;
 
 	if (!a)
@@ -338,23 +344,19 @@ int dfi_msg_post_atomic_emul(struct dfi_fep *fe, enum dfi_atomic_op op, uint64_t
 		pthread_mutex_unlock(&t->lock);
 		return -ENOPROTOOPT;	/* logged when the connection came up */
 	}
-	busy = atomic_load_explicit(&a->busy, memory_order_acquire);
-	for (k = 0; k < a->peer.slots && (busy >> k & 1); k++)
+	for (k = 0; k < a->peer.slots && (a->busy >> k & 1); k++)
 		;
 	if (k == a->peer.slots) {
 		pthread_mutex_unlock(&t->lock);
 		return -EAGAIN;
 	}
-	atomic_fetch_or_explicit(&a->busy, 1ull << k, memory_order_acq_rel);
 	r = (struct mbox_req){
 		.id = htole64(id), .addr = htole64(raddr), .operand = htole64(operand),
 		.compare = htole64(compare), .key = htole32(rkey), .op = htole32(op),
 	};
-	data = (uint64_t)a->peer.id << 32 | CQD_CHECK << 16 | (uint32_t)k;
-	rc = mbox_write(a, &r, sizeof(r), data,
-			a->peer.addr + offsetof(struct mbox, req) + (size_t)k * sizeof(r));
-	if (rc)
-		atomic_fetch_and_explicit(&a->busy, ~(1ull << k), memory_order_acq_rel);
+	rc = mbox_write(a, false, (uint32_t)k, &r, sizeof(r));
+	if (!rc)
+		a->busy |= 1ull << k;
 	pthread_mutex_unlock(&t->lock);
 	return rc;
 }
@@ -365,7 +367,7 @@ static void serve(struct msg_atom *a, uint32_t k)
 	struct mbox_req r;
 	struct mbox_rep rep = { 0 };
 	uint32_t status, op;
-	uint64_t old = 0, data;
+	uint64_t old = 0;
 	int rc;
 
 	memcpy(&r, &a->box->req[k], sizeof(r));
@@ -387,9 +389,7 @@ static void serve(struct msg_atom *a, uint32_t k)
 	rep.id = r.id;
 	rep.value = htole64(old);
 	rep.status = htole32(status);
-	data = CQD_ANSWER | (uint64_t)a->peer.id << 32 | CQD_CHECK << 16 | k;
-	rc = mbox_write(a, &rep, sizeof(rep), data,
-			a->peer.addr + offsetof(struct mbox, rep) + (size_t)k * sizeof(rep));
+	rc = mbox_write(a, true, k, &rep, sizeof(rep));
 	if (rc) {
 		/* the origin's request would wait for ever: end the connection,
 		 * which completes it flushed there */
@@ -408,11 +408,12 @@ static void answered(struct msg_atom *a, uint32_t k)
 	ssize_t rc;
 
 	memcpy(&rep, &a->box->rep[k], sizeof(rep));
-	if (!(atomic_fetch_and_explicit(&a->busy, ~(1ull << k), memory_order_acq_rel) >> k & 1)) {
+	if (!(a->busy >> k & 1)) {
 		dfi_warn(DFI_SS_FABRIC, "endpoint %p: an atomic's answer in slot %u, where none "
 			 "was out: dropped", (void *)a->e, k);
 		return;
 	}
+	a->busy &= ~(1ull << k);
 	ev = (struct atom_event){ .fid = &a->e->ep->fid, .id = le64toh(rep.id),
 				  .value = le64toh(rep.value), .status = le32toh(rep.status) };
 	rc = fi_eq_write(a->eq, FI_NOTIFY, &ev, sizeof(ev), 0);

@@ -42,10 +42,8 @@ static int msg_eq_open(struct dfi_fabric *f, struct dfi_eq **out)
 
 static void msg_connreq_free(void *req)
 {
-	struct msg_req *r = req;
-
-	fi_freeinfo(r->info);
-	free(r);
+	fi_freeinfo(MSG_REQ(req)->info);
+	free(req);
 }
 
 static void msg_eq_close(struct dfi_eq *eq)
@@ -208,7 +206,7 @@ static bool eq_stash(struct msg_eq *q, const struct dfi_cm_event *ev)
 
 static void msg_connreq_peer(void *req, struct sockaddr_in *peer)
 {
-	struct fi_info *info = ((struct msg_req *)req)->info;
+	struct fi_info *info = MSG_REQ(req)->info;
 
 	memset(peer, 0, sizeof(*peer));
 	if (info->dest_addr && info->dest_addrlen >= sizeof(*peer))
@@ -268,7 +266,7 @@ static int msg_pep_listen(struct dfi_fabric *f, struct dfi_eq *eq, uint16_t port
 /* Refuse a request of p that will never become a CR. */
 static void pep_refuse(struct msg_pep *p, void *req)
 {
-	fi_reject(p->pep, ((struct msg_req *)req)->info->handle, NULL, 0);
+	fi_reject(p->pep, MSG_REQ(req)->info->handle, NULL, 0);
 	msg_connreq_free(req);
 }
 
@@ -357,7 +355,7 @@ static void msg_pep_close(struct dfi_pep *pep)
 
 static int msg_pep_reject(struct dfi_pep *p, void *req, const void *pdata, size_t plen)
 {
-	int rc = fi_reject(MSG_PEP(p)->pep, ((struct msg_req *)req)->info->handle, pdata, plen);
+	int rc = fi_reject(MSG_PEP(p)->pep, MSG_REQ(req)->info->handle, pdata, plen);
 
 	if (rc)
 		dfi_warn(DFI_SS_FABRIC, "fi_reject: %s", fi_strerror(-rc));
@@ -409,7 +407,7 @@ static int msg_fep_open(struct dfi_fabric *f, struct dfi_eq *eq, void *req,
 	e->sock = -1;
 	e->ctx = ctx;
 	if (req) {
-		info = ((struct msg_req *)req)->info;	/* the request's, ours now */
+		info = MSG_REQ(req)->info;	/* the request's, ours now */
 		e->passive = true;
 	} else {
 		info = fi_dupinfo(f->info);
@@ -429,7 +427,7 @@ static int msg_fep_open(struct dfi_fabric *f, struct dfi_eq *eq, void *req,
 	if (rc)
 		goto err;
 	if (e->atom && req)
-		dfi_msg_atom_peer(e, &((struct msg_req *)req)->peer);
+		dfi_msg_atom_peer(e, &MSG_REQ(req)->peer);
 	/* room for the mailbox writes too: ours, and our answers to the
 	 * peer's, one per slot each way at most (atomic.c) */
 	if (e->atom && tx_size)
@@ -461,8 +459,7 @@ static int msg_fep_open(struct dfi_fabric *f, struct dfi_eq *eq, void *req,
 	 * program; kept, they were spaced 1.1 KiB wider, and the walk of
 	 * every endpoint on each CQ read (libfabric 1.17 tcp) missed more. */
 	fi_freeinfo(info);
-	if (req)
-		free(req);
+	free(req);		/* its info is freed above */
 	*out = &e->base;
 	return 0;
 err_ep:

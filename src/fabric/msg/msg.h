@@ -57,6 +57,7 @@ struct msg_req {
 #define MSG_PEP(p)	((struct msg_pep *)(p))
 #define MSG_SRX(x)	((struct msg_srx *)(x))
 #define MSG_FEP(e)	((struct msg_fep *)(e))
+#define MSG_REQ(r)	((struct msg_req *)(r))
 
 /* post.c */
 int dfi_msg_post_send(struct dfi_fep *e, const struct dfi_sge *sg, int n, void *ctx);
