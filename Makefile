@@ -42,11 +42,11 @@ ALL_LDFLAGS := $(LDFLAGS) $(SAN_FLAGS) -pthread
 UTIL_SRCS   := src/util/log.c src/util/param.c src/util/arena.c src/util/ia_params.c
 EVENT_SRCS  := src/event/evd_core.c src/event/cno_core.c src/event/upcall.c src/event/time.c
 FABRIC_SRCS := src/fabric/fabric.c src/fabric/info.c src/fabric/cq.c src/fabric/mr.c src/fabric/post.c \
-	       src/fabric/fdwalk.c src/fabric/keepalive.c \
+	       src/fabric/cq_soft.c src/fabric/fdwalk.c src/fabric/keepalive.c \
 	       src/fabric/msg/cm.c src/fabric/msg/post.c src/fabric/msg/liveness.c \
 	       src/fabric/msg/halfreq.c src/fabric/msg/atomic.c \
 	       src/fabric/rdm/ep.c src/fabric/rdm/post.c src/fabric/rdm/rcm.c src/fabric/rdm/wire.c \
-	       src/fabric/rdm/shmexit.c src/fabric/rdm/ud.c
+	       src/fabric/rdm/shmexit.c src/fabric/rdm/srx.c src/fabric/rdm/ud.c
 DAT_SRCS    := src/dat/provider.c src/dat/handle.c src/dat/ia.c \
 	       src/dat/pz.c src/dat/lmr.c src/dat/evd.c src/dat/cno.c src/dat/ep.c \
 	       src/dat/dto.c src/dat/conn.c src/dat/progress.c src/dat/rmr.c src/dat/srq.c \

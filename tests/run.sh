@@ -214,7 +214,7 @@ fi
 # put back in order by dto.c, and keeps closed endpoints in its CQs' wait
 # sets, rdm/ep.c) and on shm (ofi-shm: shared memory between processes of
 # this host, CQs without a wait fd, polled).  Every suite that takes an IA,
-# in every variant (TSan: CM, streams, order, UD), and the stock programs in
+# in every variant (TSan: CM, streams, order, UD, SRQ), and the stock programs in
 # the plain one: about 2 minutes in all.
 for rdm in rxm:ofi-rxm-lo shm:ofi-shm; do
 	tag=${rdm%%:*} ia=${rdm#*:}
@@ -226,6 +226,8 @@ for rdm in rxm:ofi-rxm-lo shm:ofi-shm; do
 			CONN_TEST_IA=$ia run test_api_conn-$tag-order 300 "$B/tests/test_api_conn" \
 				'test_*order*'
 			IB_TEST_IA=$ia run test_api_ib-$tag-ud 300 "$B/tests/test_api_ib" 'test_ud*'
+			# SRQs: the software CQs their RDM endpoint fills (rdm/srx.c)
+			DFI_TEST_IA=$ia run test_api_srq-$tag 300 "$B/tests/test_api_srq"
 			# rxm's atomics are emulated (rdm/rcm.c): 4 peers' threads
 			if [ "$tag" = rxm ]; then
 				IB_TEST_IA=$ia run test_api_ib-$tag-atomics 300 \
@@ -234,7 +236,7 @@ for rdm in rxm:ofi-rxm-lo shm:ofi-shm; do
 		elif [ "$scope" = all ]; then
 			CONN_TEST_IA=$ia run test_api_conn-$tag 300 "$B/tests/test_api_conn"
 			IB_TEST_IA=$ia run test_api_ib-$tag 300 "$B/tests/test_api_ib"
-			for t in upcall cancel limits; do
+			for t in upcall cancel limits srq; do
 				DFI_TEST_IA=$ia run test_api_$t-$tag 300 "$B/tests/test_api_$t"
 			done
 		fi
@@ -248,8 +250,8 @@ for rdm in rxm:ofi-rxm-lo shm:ofi-shm; do
 		[ -x tests/stock/clients.sh ] && B=$B CLIENTS_IA=$ia CLIENTS_IA_RR=$ia \
 			CLIENTS_IA_ATOMIC=$ia CLIENTS_WRAP="" CLIENTS_CASES="dtest-default dtest-p \
 dtest-c dtest-w dtest-u dtest-rr dtest-pingpong dtest-datacheck dtest-allsizes dtestcm-poll \
-dtestcm-w dtestcm-1000 dtestsrq-nosrq dtestx-query dtestx dtestx-p dtestx-m dtestx-b4096 \
-dtestx-atomics dtestx-u dtestx-U4m" \
+dtestcm-w dtestcm-1000 dtestsrq-srq dtestsrq-srq-c8 dtestsrq-nosrq dtestx-query dtestx dtestx-p \
+dtestx-m dtestx-b4096 dtestx-atomics dtestx-u dtestx-U4m" \
 			run stock_clients-$tag 600 tests/stock/clients.sh
 	fi
 done

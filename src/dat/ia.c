@@ -203,7 +203,7 @@ static void fill_ia_attr(struct dfi_ia *ia, DAT_IA_ATTR *a)
 	a->max_rmr_target_address = UINT64_C(0x00007fffffffffff);
 	/* libfabric shared receive contexts (srq.c); none on the RDM backend
 	 * yet (docs/rdm.md) */
-	a->max_srqs = dfi_fabric_limits(ia->fab)->rdm ? 0 : DFI_MAX_SRQS;
+	a->max_srqs = DFI_MAX_SRQS;
 	a->max_ep_per_srq = DFI_MAX_EP_PER_SRQ;
 	a->max_recv_per_srq = DFI_MAX_RECV_PER_SRQ;
 	a->max_iov_segments_per_rdma_read = iov;
@@ -250,7 +250,7 @@ static void fill_provider_attr(struct dfi_ia *ia, DAT_PROVIDER_ATTR *a)
 		.ep_creator = DAT_PSP_CREATES_EP_IFASKED,	/* DAT_PSP_PROVIDER_FLAG */
 		.pz_support = DAT_PZ_UNIQUE,
 		.optimal_buffer_alignment = 64,
-		.srq_supported = dfi_fabric_limits(ia->fab)->rdm ? DAT_FALSE : DAT_TRUE,
+		.srq_supported = DAT_TRUE,
 		.srq_watermarks_supported = 1,	/* low, and EP soft/hard high */
 		.srq_ep_pz_difference_supported = DAT_FALSE,
 		.srq_info_supported = 1,

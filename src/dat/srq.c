@@ -1,14 +1,18 @@
 /*
- * Shared receive queues (DAT SRQs) over a libfabric shared receive context.
+ * Shared receive queues (DAT SRQs) over the fabric layer's shared receive
+ * contexts.
  *
- * Receives posted to an SRQ go to its shared context (fi_srx_context); each
- * SRQ EP binds that context, so whichever EP gets a message first takes the
- * oldest posted buffer.  libfabric reports the completion on the CQ the
- * consuming EP bound with FI_RECV (tcp 1.17, checked by experiment), with
- * the posting's context - which cannot know its EP in advance.  So every
- * SRQ EP gets a private receive CQ of its own (FI_WAIT_FD, watched by the
- * IA's progress thread for the EP's whole life): a completion read from it
- * names its EP by where it was read.  Sends stay on the request EVD's CQ.
+ * Receives posted to an SRQ go to its shared context (libfabric's
+ * fi_srx_context on connected endpoints; an RDM endpoint of its own over
+ * reliable datagrams, fabric/rdm/srx.c); each SRQ EP binds that context, so
+ * whichever EP gets a message first takes the oldest posted buffer.
+ * libfabric reports the completion on the CQ the consuming EP bound with
+ * FI_RECV (tcp 1.17, checked by experiment), with the posting's context -
+ * which cannot know its EP in advance.  So every SRQ EP gets a private
+ * receive CQ of its own (dfi_srx_cq_open: over RDM a software CQ the SRQ
+ * fills; watched by the IA's progress thread for the EP's whole life): a
+ * completion read from it names its EP by where it was read.  Sends stay on
+ * the request EVD's CQ.
  *
  * The progress thread converts nothing itself: it fills in the descriptor
  * (EP, length, status) and stages it on the EP's recv EVD, whose source
@@ -106,7 +110,7 @@ DAT_RETURN dfi_srq_create(DAT_IA_HANDLE h, DAT_PZ_HANDLE pzh, DAT_SRQ_ATTR *attr
 	struct dfi_pz *pz = dfi_pz_of(ia, pzh);
 	const struct dfi_fabric_limits *l;
 	struct dfi_srq *srq;
-	bool full, unserved = false;
+	bool full;
 	int rc;
 
 	if (!ia)
@@ -159,8 +163,6 @@ DAT_RETURN dfi_srq_create(DAT_IA_HANDLE h, DAT_PZ_HANDLE pzh, DAT_SRQ_ATTR *attr
 	/* Sized for any resize: the context's pool grows on demand, so an
 	 * unused capacity costs nothing (measured: no RSS for 65536). */
 	rc = dfi_srx_open(ia->fab, DFI_MAX_RECV_PER_SRQ, (size_t)srq->max_recv_iov, &srq->srx);
-	if (rc == -ENOSYS)
-		unserved = true;	/* the RDM backend's, for now */
 	if (rc)
 		goto err_obj;
 	pthread_mutex_lock(&ia->lock);
@@ -184,9 +186,6 @@ err_count:
 	pthread_mutex_lock(&ia->lock);
 	ia->n_srq--;
 	pthread_mutex_unlock(&ia->lock);
-	if (unserved)
-		return DFI_REJECT(DFI_ERR(DAT_NOT_IMPLEMENTED, 0),
-				  "SRQs are not served on this IA's reliable-datagram endpoints yet");
 	return DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_MEMORY);
 }
 
@@ -422,8 +421,9 @@ int dfi_srq_ep_open_cq(struct dfi_ep *ep)
 	size = (size_t)ep->srq->max_recv_dtos;
 	pthread_mutex_unlock(&ep->srq->lock);
 	/* a resize may raise the SRQ later; libfabric's CQs spill over
-	 * rather than drop, and the progress thread keeps this one empty */
-	rc = dfi_cq_open(ia->fab, size < 1024 ? 1024 : size, &ep->rcq);
+	 * rather than drop (the RDM backend's software ones grow), and the
+	 * progress thread keeps this one empty */
+	rc = dfi_srx_cq_open(ep->srq->srx, size < 1024 ? 1024 : size, &ep->rcq);
 	if (rc)
 		return rc;
 	pthread_mutex_lock(&ia->lock);

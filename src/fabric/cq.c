@@ -353,6 +353,11 @@ void dfi_cq_close(struct dfi_cq *c)
 {
 	if (!c)
 		return;
+	if (c->soft) {
+		dfi_cq_soft_close(c);	/* and its fd */
+		free(c);
+		return;
+	}
 	if (c->cq && c->owner->be->cq_closing && c->owner->be->cq_closing(c->owner, c))
 		c->cq = NULL;		/* the backend's now */
 	if (c->cq)
@@ -379,6 +384,9 @@ _Static_assert(sizeof(struct dfi_comp) == sizeof(struct fi_cq_data_entry) &&
 DFI_HOT int dfi_cq_read(struct dfi_cq *c, struct dfi_comp *out, int n)
 {
 	int got = 0;
+
+	if (__builtin_expect(c->soft != NULL, 0))
+		return dfi_cq_soft_read(c, out, n);
 
 	while (got < n) {
 		int want = n - got;
@@ -446,13 +454,16 @@ DFI_HOT int dfi_cq_take(struct dfi_cq *c, const struct dfi_comp **out, int n)
 
 DFI_HOT int dfi_cq_trywait(struct dfi_cq *c)
 {
-	struct fid *fids[1] = { &c->cq->fid };
+	struct fid *fids[1];
 	int rc;
 
 	if (c->ahead_pos < c->ahead_n)
 		return -EAGAIN;		/* read ahead, not handed out yet */
+	if (__builtin_expect(c->soft != NULL, 0))
+		return dfi_cq_soft_trywait(c);
 	if (c->fd < 0)
 		return 0;		/* polled: nothing to arm */
+	fids[0] = &c->cq->fid;
 	rc = fi_trywait(c->fabric, fids, 1);
 
 	return rc == -FI_EAGAIN ? -EAGAIN : rc;

@@ -178,6 +178,11 @@ int dfi_srx_post_recv(struct dfi_srx *srx, const struct dfi_sge *sg, int n, void
 	return srx->be->srx_post_recv(srx, sg, n, ctx);
 }
 
+int dfi_srx_cq_open(struct dfi_srx *srx, size_t size, struct dfi_cq **cq)
+{
+	return srx->be->srx_cq_open(srx, size, cq);
+}
+
 int dfi_fep_open(struct dfi_fabric *f, struct dfi_eq *eq, void *req, struct dfi_cq *txcq,
 		 struct dfi_cq *rxcq, struct dfi_srx *srx, size_t tx_size, size_t rx_size,
 		 void *ctx, struct dfi_fep **fep)

@@ -208,6 +208,10 @@ void dfi_cq_progress(struct dfi_cq *cq);
 struct dfi_srx;
 int dfi_srx_open(struct dfi_fabric *f, size_t size, size_t iov_limit, struct dfi_srx **srx);
 void dfi_srx_close(struct dfi_srx *srx);
+/* The private receive CQ of an endpoint to be opened on srx (its rxcq):
+ * a read of it gives that endpoint's completions of srx's receives.
+ * Read, try-waited and closed as any CQ; closed after its endpoint. */
+int dfi_srx_cq_open(struct dfi_srx *srx, size_t size, struct dfi_cq **cq);
 
 /* Active endpoints.  Created from a connection request (passive side, req)
  * or to connect (active side, req NULL: the peer is dfi_fep_connect's),

@@ -66,6 +66,7 @@ struct dfi_backend {
 	int (*srx_open)(struct dfi_fabric *f, size_t size, size_t iov_limit, struct dfi_srx **srx);
 	void (*srx_close)(struct dfi_srx *srx);
 	int (*srx_post_recv)(struct dfi_srx *srx, const struct dfi_sge *sg, int n, void *ctx);
+	int (*srx_cq_open)(struct dfi_srx *srx, size_t size, struct dfi_cq **cq);
 
 	int (*fep_open)(struct dfi_fabric *f, struct dfi_eq *eq, void *req, struct dfi_cq *txcq,
 			struct dfi_cq *rxcq, struct dfi_srx *srx, size_t tx_size, size_t rx_size,
@@ -211,7 +212,25 @@ struct dfi_cq {
 	 * not handed out yet (the reader's lock, as every read of the CQ) */
 	int ahead_pos, ahead_n;
 	struct dfi_comp ahead[DFI_CQ_BATCH];
+	/* not NULL: a software CQ (cq_soft.c), cq NULL and fd its own */
+	struct dfi_cq_soft *soft;
 };
+
+/* cq_soft.c: a CQ the fabric layer fills itself, fed by a provider CQ it
+ * shares with others (rdm/srx.c).  pull moves what that CQ holds to the
+ * software CQs it names; trywait arms it (0) or says it holds some
+ * (-EAGAIN).  feed_fd: its fd (-1: polled).  size: the initial depth (the
+ * queue grows: a push fails only for memory). */
+struct dfi_cq_feed {
+	void (*pull)(void *arg);
+	int (*trywait)(void *arg);
+};
+int dfi_cq_soft_open(struct dfi_fabric *f, size_t size, int feed_fd,
+		     const struct dfi_cq_feed *feed, void *arg, struct dfi_cq **out);
+int dfi_cq_soft_push(struct dfi_cq *c, const struct dfi_comp *comp);
+int dfi_cq_soft_read(struct dfi_cq *c, struct dfi_comp *out, int n);
+int dfi_cq_soft_trywait(struct dfi_cq *c);
+void dfi_cq_soft_close(struct dfi_cq *c);
 
 /* Call visit(fd, arg) on each open descriptor of the process (but the
  * walk's own) until it returns true: that fd, -1 if none did, or -errno

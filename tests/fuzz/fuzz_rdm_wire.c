@@ -44,7 +44,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		check((size_t)n <= size && n >= DFI_RDM_HDR_LEN && n <= DFI_RDM_MSG_MAX);
 		check(m.type > 0 && m.type < DFI_RDM_TYPE_END);
 		check(m.addr_len <= DFI_RDM_ADDR_MAX && m.plen <= DFI_RDM_PDATA_MAX);
-		check(m.src_gen <= 0x3fff && m.dst_gen <= 0x3fff);
+		check(m.src_gen <= 0x7fff && m.dst_gen <= 0x7fff);
 		e = dfi_rdm_encode(&m, out, sizeof(out));
 		check(e == n && memcmp(out, data, (size_t)n) == 0);
 		for (ssize_t k = 0; k < n; k += 1 + k / 4)

@@ -35,7 +35,7 @@
 
 #include "dat_test.h"
 
-#define IA_NAME		"ofi-lo"
+#define IA_NAME		(getenv("DFI_TEST_IA") ? getenv("DFI_TEST_IA") : "ofi-lo")
 #define ASYNC_QLEN	16
 #define SEC		(1000u * 1000u)		/* DAT_TIMEOUT is in microseconds */
 #define MS		1000u
@@ -86,6 +86,7 @@ struct side {
 	DAT_PZ_HANDLE pz;
 	DAT_LMR_HANDLE lmr;
 	DAT_LMR_CONTEXT lctx;
+	DAT_RMR_CONTEXT rctx;		/* the LMR's, for the peer's RDMA */
 	uint8_t *buf;
 };
 
@@ -142,6 +143,7 @@ static DAT_RETURN side_open(struct side *x, DAT_COUNT rcv_qlen)
 			    &reg_len, &reg_addr);
 	if (rc != DAT_SUCCESS)
 		return rc;
+	x->rctx = rctx;
 	if ((rc = dat_evd_create(x->ia, DTO_QLEN, DAT_HANDLE_NULL, DAT_EVD_DTO_FLAG, &x->req)) ||
 	    (rc = dat_evd_create(x->ia, rcv_qlen, DAT_HANDLE_NULL, DAT_EVD_DTO_FLAG, &x->rcv)) ||
 	    (rc = dat_evd_create(x->ia, 16, DAT_HANDLE_NULL, DAT_EVD_CONNECTION_FLAG, &x->conn)) ||
@@ -761,6 +763,141 @@ static void test_srq_two_eps_and_skew(void **state)
 	alarm(0);
 }
 
+/* Large and small messages alternating on one connection: the SRQ EP's
+ * receives complete in the order they were sent, with their lengths.
+ * tcp;ofi_rxm completes a message above its eager size (16 KiB) after a
+ * small one behind it; over RDM the SRQ puts them back in order by the
+ * sender's sequence (fabric/rdm/srx.c). */
+#define ORDER_BIG	(48u << 10)
+#define ORDER_SLOT	(64u << 10)
+#define ORDER_N		8
+
+static void test_srq_order_mixed_sizes(void **state)
+{
+	struct pair *p = *state;
+
+	watchdog(__func__, 60);
+	assert_ok(make_srq(p, ORDER_N, 1));
+	for (unsigned i = 0; i < ORDER_N; i++) {
+		DAT_LMR_TRIPLET t = seg(&p->s, (size_t)i * ORDER_SLOT, ORDER_SLOT);
+
+		assert_ok(dat_srq_post_recv(p->srq, 1, &t, ck(i)));
+	}
+	connect_eps(p, 1);
+	for (uint32_t k = 0; k < ORDER_N; k++) {
+		size_t len = k % 2 ? 16 : ORDER_BIG;
+		DAT_LMR_TRIPLET t = seg(&p->c, (size_t)k * ORDER_SLOT, len);
+		uint32_t w = htonl(k);
+
+		memcpy(p->c.buf + (size_t)k * ORDER_SLOT, &w, sizeof(w));
+		memset(p->c.buf + (size_t)k * ORDER_SLOT + sizeof(w), (int)k, len - sizeof(w));
+		assert_ok(dat_ep_post_send(p->cep[0], 1, &t, ck(k), DAT_COMPLETION_DEFAULT_FLAG));
+	}
+	for (uint32_t k = 0; k < ORDER_N; k++) {
+		const DAT_DTO_COMPLETION_EVENT_DATA *d;
+		size_t len = k % 2 ? 16 : ORDER_BIG;
+		DAT_EVENT ev;
+		const uint8_t *b;
+		uint32_t w;
+
+		assert_ok(wait_ev(p->s.rcv, 5000, &ev));
+		assert_int_equal(ev.event_number, DAT_DTO_COMPLETION_EVENT);
+		d = &ev.event_data.dto_completion_event_data;
+		assert_int_equal(d->status, DAT_DTO_SUCCESS);
+		assert_true(d->ep_handle == p->sep[0]);
+		assert_true(d->user_cookie.as_64 < ORDER_N);
+		b = p->s.buf + d->user_cookie.as_64 * ORDER_SLOT;
+		memcpy(&w, b, sizeof(w));
+		if (ntohl(w) != k || d->transfered_length != len)
+			fail_msg("receive %u: message %u of %u bytes, expected message %u of %zu",
+				 k, ntohl(w), (unsigned)d->transfered_length, k, len);
+		for (size_t i = sizeof(w); i < len; i++)
+			if (b[i] != (uint8_t)k)
+				fail_msg("message %u: byte %zu differs", k, i);
+	}
+	reap_sends(p, ORDER_N);
+	alarm(0);
+}
+
+/* As many posts as the SRQ takes: its max_recv_dtos, or fewer where the
+ * provider's receive queue is smaller (an RDM IA's SRQ is an endpoint of
+ * its own: 1024 on shm).  The first refused post says so with
+ * DAT_RESOURCE_SRQ, the SRQ counts exactly what it holds, and it still
+ * delivers. */
+static void test_srq_post_until_full(void **state)
+{
+	struct pair *p = *state;
+	DAT_LMR_TRIPLET t = seg(&p->s, 0, SLOT);
+	uint32_t seq;
+	unsigned slot;
+	DAT_RETURN rc = DAT_SUCCESS;
+	int n = 0;
+
+	watchdog(__func__, 60);
+	assert_ok(make_srq(p, MAX_RECV_PER_SRQ, 1));
+	while (n < MAX_RECV_PER_SRQ &&
+	       (rc = dat_srq_post_recv(p->srq, 1, &t, ck(0))) == DAT_SUCCESS)
+		n++;
+	print_message("# %d receives posted to one SRQ\n", n);
+	assert_true(n >= 512);
+	if (n < MAX_RECV_PER_SRQ)
+		assert_rc(rc, ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_SRQ));
+	assert_int_equal(srq_param(p->srq).available_dto_count, n);
+	connect_eps(p, 1);
+	assert_ok(send_msg(p, 0, 7, 0));
+	assert_int_equal(recv_msg(p, 5000, &seq, &slot), 0);
+	assert_int_equal(seq, 7);
+	reap_sends(p, 1);
+	assert_int_equal(srq_param(p->srq).available_dto_count, n - 1);
+	alarm(0);
+}
+
+/* RDMA to the memory of an SRQ EP's IA, which its peer reaches where the
+ * EP receives (over RDM, the SRQ's own endpoint): a write, then a send
+ * behind it whose receive finds the written bytes in place, then a read
+ * of them back. */
+#define RDMA_OFF	(512u << 10)
+#define RDMA_LEN	(20u << 10)
+
+static void test_srq_ep_rdma(void **state)
+{
+	struct pair *p = *state;
+	DAT_LMR_TRIPLET t = seg(&p->c, RDMA_OFF, RDMA_LEN);
+	DAT_RMR_TRIPLET r;
+	DAT_EVENT ev;
+	uint32_t seq;
+	unsigned slot;
+
+	watchdog(__func__, 60);
+	assert_ok(make_srq(p, 4, 1));
+	assert_ok(srq_post(p, 0));
+	connect_eps(p, 1);
+	for (size_t i = 0; i < RDMA_LEN; i++)
+		p->c.buf[RDMA_OFF + i] = (uint8_t)(i * 7 + 1);
+	memset(&r, 0, sizeof(r));
+	r.virtual_address = (DAT_VADDR)(uintptr_t)(p->s.buf + RDMA_OFF);
+	r.segment_length = RDMA_LEN;
+	r.rmr_context = p->s.rctx;
+	assert_ok(dat_ep_post_rdma_write(p->cep[0], 1, &t, ck(1), &r,
+					 DAT_COMPLETION_DEFAULT_FLAG));
+	assert_ok(send_msg(p, 0, 5, 0));
+	assert_int_equal(recv_msg(p, 5000, &seq, &slot), 0);
+	assert_int_equal(seq, 5);
+	for (size_t i = 0; i < RDMA_LEN; i++)
+		if (p->s.buf[RDMA_OFF + i] != (uint8_t)(i * 7 + 1))
+			fail_msg("byte %zu of the RDMA write not in place when the send behind "
+				 "it was received", i);
+	reap_sends(p, 2);
+	memset(p->c.buf + RDMA_OFF, 0, RDMA_LEN);
+	assert_ok(dat_ep_post_rdma_read(p->cep[0], 1, &t, ck(2), &r,
+					DAT_COMPLETION_DEFAULT_FLAG));
+	assert_ok(wait_ev(p->c.req, 5000, &ev));
+	assert_int_equal(ev.event_number, DAT_DTO_COMPLETION_EVENT);
+	assert_int_equal(ev.event_data.dto_completion_event_data.status, DAT_DTO_SUCCESS);
+	assert_memory_equal(p->c.buf + RDMA_OFF, p->s.buf + RDMA_OFF, RDMA_LEN);
+	alarm(0);
+}
+
 /* A send with invalidate to an SRQ EP (dat_ep_post_send_with_invalidate,
  * through the provider's table): the SRQ's buffer takes it, the completion
  * names the EP and the RMR, and the server's RMR is unbound by then. */
@@ -1361,6 +1498,9 @@ int main(int argc, char **argv)
 		TP(test_srq_bad_args),
 		TP(test_srq_ep_query),
 		TP(test_srq_two_eps_and_skew),
+		TP(test_srq_order_mixed_sizes),
+		TP(test_srq_post_until_full),
+		TP(test_srq_ep_rdma),
 		TP(test_srq_send_with_invalidate),
 		TP(test_srq_dry),
 		cmocka_unit_test_setup_teardown(test_srq_small_recv_evd, pair_setup_small_rcv,

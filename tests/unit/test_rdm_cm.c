@@ -413,7 +413,7 @@ static void test_bad_arguments(void **state)
 	assert_int_equal(dfi_rcm_connect(c->a, &dest, port, &ea, big, sizeof(big), A_CTX, &ca),
 			 -EINVAL);
 	assert_int_equal(dfi_rcm_connect(c->a, &dest, port, &bad, NULL, 0, A_CTX, &ca), -EINVAL);
-	bad = end(1, 0x4000, 8);
+	bad = end(1, 0x8000, 8);	/* a tag class of 2 */
 	assert_int_equal(dfi_rcm_connect(c->a, &dest, port, &bad, NULL, 0, A_CTX, &ca), -EINVAL);
 	assert_int_equal(dfi_rcm_connect(c->a, &dest, port, &ea, NULL, 0, A_CTX, &ca), 0);
 	assert_int_equal(dfi_rcm_disconnect(ca), -ENOTCONN);

@@ -26,7 +26,7 @@ static struct dfi_rdm_msg sample(enum dfi_rdm_type t)
 	case DFI_RDM_REP:
 		m.ia = 0x1122334455667788ull;
 		m.src_id = 7;
-		m.src_gen = 0x3fff;
+		m.src_gen = 0x7fff;	/* the largest generation, an SRQ's tag class */
 		m.addr_len = 32;
 		for (int i = 0; i < 32; i++)
 			m.addr[i] = (uint8_t)(0xa0 + i);
@@ -164,7 +164,7 @@ static void e_plen_off(uint8_t *b, ssize_t *n) { b[DFI_RDM_HDR_LEN + 24] = 255; 
 static void e_reason(uint8_t *b, ssize_t *n) { b[DFI_RDM_HDR_LEN + 6] = 0; (void)n; }
 static void e_rej_pad(uint8_t *b, ssize_t *n) { b[DFI_RDM_HDR_LEN + 7] = 1; (void)n; }
 static void e_rtu_pad(uint8_t *b, ssize_t *n) { b[DFI_RDM_HDR_LEN + 14] = 1; (void)n; }
-static void e_gen(uint8_t *b, ssize_t *n) { b[DFI_RDM_HDR_LEN + 5] = 0x40; (void)n; }
+static void e_gen(uint8_t *b, ssize_t *n) { b[DFI_RDM_HDR_LEN + 5] = 0x80; (void)n; }
 static void e_req_pad(uint8_t *b, ssize_t *n) { b[DFI_RDM_HDR_LEN + 27] = 1; (void)n; }
 static void e_rtu_long(uint8_t *b, ssize_t *n) { set_u32(b + 8, 20); *n += 4; }
 static void e_atomic_op(uint8_t *b, ssize_t *n) { b[DFI_RDM_HDR_LEN + 6] = 3; (void)n; }
@@ -212,7 +212,7 @@ static void test_encode_limits(void **state)
 	m.plen = DFI_RDM_PDATA_MAX + 1;
 	assert_int_equal(dfi_rdm_encode(&m, buf, sizeof(buf)), -EINVAL);
 	m = sample(DFI_RDM_REQ);
-	m.src_gen = 0x4000;
+	m.src_gen = 0x8000;	/* a tag class of 2 */
 	assert_int_equal(dfi_rdm_encode(&m, buf, sizeof(buf)), -EINVAL);
 	m = sample(DFI_RDM_REJ);
 	m.reason = DFI_RDM_REJ_END;

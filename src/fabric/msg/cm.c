@@ -362,6 +362,7 @@ static int msg_pep_reject(struct dfi_pep *p, void *req, const void *pdata, size_
 	msg_connreq_free(req);
 	return rc;
 }
+
 static int msg_srx_open(struct dfi_fabric *f, size_t size, size_t iov_limit,
 			struct dfi_srx **out)
 {
@@ -372,6 +373,7 @@ static int msg_srx_open(struct dfi_fabric *f, size_t size, size_t iov_limit,
 	if (!x)
 		return -ENOMEM;
 	x->base.be = &dfi_msg_backend;
+	x->f = f;
 	rc = fi_srx_context(f->domain, &attr, &x->srx, NULL);
 	if (rc) {
 		dfi_err(DFI_SS_FABRIC, "fi_srx_context(size %zu): %s", size, fi_strerror(-rc));
@@ -392,6 +394,14 @@ static void msg_srx_close(struct dfi_srx *sx)
 		dfi_warn(DFI_SS_FABRIC, "fi_close(srx): %s", fi_strerror(-rc));
 	free(x);
 }
+
+/* tcp reports a shared context's completion on the CQ its receiving
+ * endpoint bound with FI_RECV: a CQ of the endpoint's own tells which. */
+static int msg_srx_cq_open(struct dfi_srx *x, size_t size, struct dfi_cq **cq)
+{
+	return dfi_cq_open(MSG_SRX(x)->f, size, cq);
+}
+
 static int msg_fep_open(struct dfi_fabric *f, struct dfi_eq *eq, void *req,
 			struct dfi_cq *txcq, struct dfi_cq *rxcq,
 			struct dfi_srx *srx, size_t tx_size, size_t rx_size, void *ctx,
@@ -558,6 +568,7 @@ const struct dfi_backend dfi_msg_backend = {
 	.srx_open = msg_srx_open,
 	.srx_close = msg_srx_close,
 	.srx_post_recv = dfi_msg_srx_post_recv,
+	.srx_cq_open = msg_srx_cq_open,
 	.fep_open = msg_fep_open,
 	.fep_connect = msg_fep_connect,
 	.fep_accept = msg_fep_accept,

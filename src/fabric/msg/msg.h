@@ -31,6 +31,7 @@ struct msg_pep {
 struct msg_srx {
 	struct dfi_srx base;
 	struct fid_ep *srx;
+	struct dfi_fabric *f;
 };
 
 struct msg_fep {

@@ -381,13 +381,23 @@ found:
 	return 0;
 }
 
+/* An SRQ endpoint receives at its SRQ's endpoint, with tag class 1. */
 void rdm_self_end(const struct rdm_fep *e, struct dfi_rcm_end *end)
 {
+	size_t len = e->srx ? e->srx->addr_len : e->rep->addr_len;
+
 	memset(end, 0, sizeof(*end));
 	end->id = e->id;
-	end->gen = e->gen;
-	end->addr_len = (uint16_t)e->rep->addr_len;
-	memcpy(end->addr, e->rep->addr, e->rep->addr_len);
+	end->gen = e->srx ? (uint16_t)(e->gen | RDM_GEN_SRQ) : e->gen;
+	end->addr_len = (uint16_t)len;
+	memcpy(end->addr, e->srx ? e->srx->addr : e->rep->addr, len);
+}
+
+/* What e sends with: the peer's tag, and a sequence if it is an SRQ's. */
+static void peer_tag(struct rdm_fep *e, const struct dfi_rcm_end *remote)
+{
+	e->stag = RDM_TAG(remote->id, remote->gen);
+	e->sseq_on = (remote->gen & RDM_GEN_SRQ) != 0;
 }
 
 /* ------------------------------------------------------------ the EQ */
@@ -473,11 +483,12 @@ int rdm_path_up(struct rdm_fep *e, const struct dfi_rcm_end *remote)
 
 /* The accepting side's receive for the connecting side's hello
  * (rdm_path_up): consumed here, its completion without a context, which
- * the DAT layer skips.  0 or libfabric's error. */
+ * the DAT layer skips (an SRQ endpoint's: on its SRQ's endpoint, whose
+ * reader drops it).  0 or libfabric's error. */
 int rdm_hello_recv(struct rdm_fep *e)
 {
-	return (int)fi_trecv(e->ep, NULL, 0, NULL, FI_ADDR_UNSPEC, RDM_TAG_HELLO(e->id, e->gen),
-			     0, NULL);
+	return (int)fi_trecv(e->srx ? e->srx->ep : e->ep, NULL, 0, NULL, FI_ADDR_UNSPEC,
+			     RDM_TAG_HELLO(e->id, e->gen), 0, NULL);
 }
 
 /* A few progress passes of the endpoint's CQs, reading no completion:
@@ -488,6 +499,8 @@ static void drain(struct rdm_fep *e)
 		(void)fi_cq_read(e->rep->rxcq->cq, NULL, 0);
 		if (e->rep->txcq != e->rep->rxcq)
 			(void)fi_cq_read(e->rep->txcq->cq, NULL, 0);
+		if (e->srx)	/* its completions: the DAT layer's next read */
+			(void)fi_cq_read(e->srx->cq, NULL, 0);
 	}
 }
 
@@ -525,7 +538,7 @@ static bool translate(struct rdm_fabric *rf, struct dfi_rcm_event *r, struct dfi
 				ev->err = ENOMEM;
 				return true;
 			}
-			e->stag = RDM_TAG(r->remote.id, r->remote.gen);
+			peer_tag(e, &r->remote);
 			if (rdm_path_up(e, &r->remote) || dfi_rcm_confirm(e->conn)) {
 				rdm_conn_gone(e);	/* the peer sees the channel close */
 				ev->type = DFI_CM_ERROR;
@@ -670,31 +683,6 @@ static int rdm_pep_reject(struct dfi_pep *pep, void *p, const void *pdata, size_
 	return rc;
 }
 
-/* Shared receive queues are not served over RDM yet (docs/rdm.md). */
-static int rdm_srx_open(struct dfi_fabric *f, size_t size, size_t iov_limit,
-			struct dfi_srx **out)
-{
-	(void)f;
-	(void)size;
-	(void)iov_limit;
-	(void)out;
-	return -ENOSYS;
-}
-
-static void rdm_srx_close(struct dfi_srx *x)
-{
-	(void)x;
-}
-
-static int rdm_srx_post_recv(struct dfi_srx *x, const struct dfi_sge *sg, int n, void *ctx)
-{
-	(void)x;
-	(void)sg;
-	(void)n;
-	(void)ctx;
-	return -ENOSYS;
-}
-
 /* ------------------------------------------------------------ endpoints */
 
 /* An endpoint has its id (and so its receive tag) from the start: DAT
@@ -709,8 +697,6 @@ static int rdm_fep_open(struct dfi_fabric *f, struct dfi_eq *eq, void *p,
 	int rc;
 
 	(void)eq;
-	if (srx)
-		return -ENOSYS;
 	e = dfi_arena_calloc(sizeof(*e));
 	if (!e)
 		return -ENOMEM;
@@ -718,10 +704,19 @@ static int rdm_fep_open(struct dfi_fabric *f, struct dfi_eq *eq, void *p,
 	e->rf = rf;
 	e->ctx = ctx;
 	e->peer = FI_ADDR_UNSPEC;
-	pthread_mutex_lock(&rf->lock);
 	e->tx_need = tx_size;
 	e->rx_need = rx_size + 1;	/* and the hello's (rdm_path_up) */
-	rc = rep_get(rf, txcq, rxcq, tx_size, rx_size, &e->rep);
+	if (srx) {
+		/* it receives at the SRQ's endpoint, into rxcq (a software CQ
+		 * the SRQ fills), and sends from an endpoint of its request CQ,
+		 * where nothing arrives for it */
+		e->srx = RDM_SRX(srx);
+		e->scq = rxcq;
+		rxcq = txcq;
+		e->rx_need = 0;
+	}
+	pthread_mutex_lock(&rf->lock);
+	rc = rep_get(rf, txcq, rxcq, e->tx_need, e->rx_need, &e->rep);
 	if (!rc) {
 		e->id = id_get(rf, e);
 		if (!e->id) {
@@ -745,7 +740,7 @@ static int rdm_fep_open(struct dfi_fabric *f, struct dfi_eq *eq, void *p,
 	e->rtag = RDM_TAG(e->id, e->gen);
 	e->ep = e->rep->ep;
 	if (req) {		/* ours now: answered by rdm_fep_accept */
-		e->stag = RDM_TAG(req->remote.id, req->remote.gen);
+		peer_tag(e, &req->remote);
 		e->conn = req->conn;
 		e->peer_in = req->peer;
 		free(req);
@@ -827,6 +822,8 @@ static void rdm_fep_close(struct dfi_fep *fe)
 	pthread_mutex_lock(&rf->lock);
 	if (e->conn)
 		rdm_conn_gone(e);
+	if (e->srx)
+		rdm_srx_fep_gone(e);
 	if (!e->ud_hs) {	/* a handshake's are its UD endpoint's */
 		id_put(rf, e->id);
 		rep_put(rf, e->rep, e->tx_need, e->rx_need);
@@ -874,9 +871,10 @@ const struct dfi_backend dfi_rdm_backend = {
 	.pep_listen = rdm_pep_listen,
 	.pep_close = rdm_pep_close,
 	.pep_reject = rdm_pep_reject,
-	.srx_open = rdm_srx_open,
-	.srx_close = rdm_srx_close,
-	.srx_post_recv = rdm_srx_post_recv,
+	.srx_open = dfi_rdm_srx_open,
+	.srx_close = dfi_rdm_srx_close,
+	.srx_post_recv = dfi_rdm_srx_post_recv,
+	.srx_cq_open = dfi_rdm_srx_cq_open,
 	.fep_open = rdm_fep_open,
 	.fep_connect = rdm_fep_connect,
 	.fep_accept = rdm_fep_accept,

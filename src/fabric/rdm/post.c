@@ -69,27 +69,49 @@ tsend(struct rdm_fep *e, const struct dfi_sge *sg, int n, fi_addr_t addr, uint64
 	RETRY(e, fi_tsendv(e->ep, iov, desc, (size_t)n, addr, tag, ctx));
 }
 
+/* The tag of e's next message: its peer's, and, where the peer is an SRQ
+ * endpoint, the sequence its SRQ puts the completions back in order with
+ * (srx.c).  The sequence moves on only with a message posted (post_lock
+ * held): a gap would hold the peer's later completions until the end. */
+static inline uint64_t stag(const struct rdm_fep *e)
+{
+	return e->stag | (uint64_t)e->sseq << RDM_SEQ_SHIFT;
+}
+
+static inline int sent(struct rdm_fep *e, int rc)
+{
+	if (__builtin_expect(e->sseq_on, 0) && rc == 0)
+		e->sseq++;
+	return rc;
+}
+
 DFI_HOT int dfi_rdm_post_send(struct dfi_fep *fe, const struct dfi_sge *sg, int n, void *ctx)
 {
 	struct rdm_fep *e = RDM_FEP(fe);
 
-	return tsend(e, sg, n, e->peer, e->stag, ctx);
+	return sent(e, tsend(e, sg, n, e->peer, stag(e), ctx));
 }
 
 /* fi_tinject takes one buffer: several segments are gathered first. */
-DFI_HOT int dfi_rdm_post_inject(struct dfi_fep *fe, const struct dfi_sge *sg, int n)
+static int inject(struct rdm_fep *e, const struct dfi_sge *sg, int n)
 {
-	struct rdm_fep *e = RDM_FEP(fe);
 	uint8_t buf[DFI_INJECT_MAX];
 	ssize_t len;
 
 	if (n <= 1)
 		RETRY(e, fi_tinject(e->ep, n ? sg[0].addr : NULL, n ? sg[0].len : 0,
-				    e->peer, e->stag));
+				    e->peer, stag(e)));
 	len = dfi_gather(sg, n, buf, sizeof(buf));
 	if (len < 0)
 		return (int)len;
-	RETRY(e, fi_tinject(e->ep, buf, (size_t)len, e->peer, e->stag));
+	RETRY(e, fi_tinject(e->ep, buf, (size_t)len, e->peer, stag(e)));
+}
+
+DFI_HOT int dfi_rdm_post_inject(struct dfi_fep *fe, const struct dfi_sge *sg, int n)
+{
+	struct rdm_fep *e = RDM_FEP(fe);
+
+	return sent(e, inject(e, sg, n));
 }
 
 /* From any source: the tag names this endpoint, and a stale connection's
@@ -135,25 +157,31 @@ DFI_HOT int dfi_rdm_post_read(struct dfi_fep *e, const struct dfi_sge *sg, int n
 	return rma(RDM_FEP(e), sg, n, raddr, rkey, ctx, false);
 }
 
-/* A tagged message of no bytes: it takes a posted receive at the peer,
- * whose completion carries data (the IB extension's immediate data). */
-int dfi_rdm_post_senddata(struct dfi_fep *fe, const struct dfi_sge *sg, int n, uint64_t data,
-			  void *ctx)
+/* A tagged message that takes a posted receive at the peer, whose
+ * completion carries data (the IB extension's immediate data). */
+static int senddata(struct rdm_fep *e, const struct dfi_sge *sg, int n, uint64_t data, void *ctx)
 {
-	struct rdm_fep *e = RDM_FEP(fe);
 	struct iovec iov[DFI_MAX_SGE];
 	void *desc[DFI_MAX_SGE];
 	struct fi_msg_tagged m = { .msg_iov = iov, .desc = desc, .iov_count = (size_t)n,
-				   .addr = e->peer, .tag = e->stag, .context = ctx, .data = data };
+				   .addr = e->peer, .tag = stag(e), .context = ctx, .data = data };
 	int rc;
 
 	if (n <= 1)
 		RETRY(e, fi_tsenddata(e->ep, n ? sg[0].addr : NULL, n ? sg[0].len : 0,
-				      n ? dfi_sge_desc(&sg[0]) : NULL, data, e->peer, e->stag, ctx));
+				      n ? dfi_sge_desc(&sg[0]) : NULL, data, e->peer, stag(e), ctx));
 	rc = dfi_fill_iov(sg, n, iov, desc);
 	if (rc)
 		return rc;
 	RETRY(e, fi_tsendmsg(e->ep, &m, FI_REMOTE_CQ_DATA | FI_COMPLETION));
+}
+
+int dfi_rdm_post_senddata(struct dfi_fep *fe, const struct dfi_sge *sg, int n, uint64_t data,
+			  void *ctx)
+{
+	struct rdm_fep *e = RDM_FEP(fe);
+
+	return sent(e, senddata(e, sg, n, data, ctx));
 }
 
 int dfi_rdm_post_atomic(struct dfi_fep *fe, enum dfi_atomic_op op, const uint64_t *operand,

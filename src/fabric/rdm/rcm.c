@@ -834,7 +834,7 @@ void dfi_rcm_unlisten(struct dfi_rcm_lis *l)
 
 static bool end_ok(const struct dfi_rcm_end *e)
 {
-	return e->addr_len > 0 && e->addr_len <= DFI_RDM_ADDR_MAX && e->gen <= 0x3fff;
+	return e->addr_len > 0 && e->addr_len <= DFI_RDM_ADDR_MAX && e->gen <= 0x7fff;
 }
 
 int dfi_rcm_connect(struct dfi_rcm *cm, const struct sockaddr_in *dest, uint64_t qual,

@@ -24,7 +24,7 @@ struct dfi_rcm_conn;		/* one DAT connection, or a request for one */
 /* What one side tells its peer about its end of a connection. */
 struct dfi_rcm_end {
 	uint32_t id;			/* its connection id */
-	uint16_t gen;			/* and generation (14 bits) */
+	uint16_t gen;			/* and generation (14 bits; bit 14: an SRQ's tag) */
 	uint16_t addr_len;		/* its fabric address (1..DFI_RDM_ADDR_MAX) */
 	bool ud;			/* REQ: an unreliable-datagram endpoint's */
 	uint8_t addr[DFI_RDM_ADDR_MAX];

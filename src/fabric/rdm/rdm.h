@@ -20,7 +20,16 @@
 #define RDM_GEN_MASK	((1u << RDM_GEN_BITS) - 1)
 #define RDM_TAG(id, gen)	(((uint64_t)(gen) << 32) | (uint64_t)(id))
 /* class 2: the connecting side's hello (ep.c, rdm_path_up) */
-#define RDM_TAG_HELLO(id, gen)	((2ull << 46) | RDM_TAG(id, gen))
+#define RDM_TAG_HELLO(id, gen)	((2ull << 46) | RDM_TAG(id, (gen) & RDM_GEN_MASK))
+/* Class 1: a message for an SRQ endpoint, taken by any receive of its
+ * SRQ's (srx.c), which ignore all but the class; the completion's tag
+ * names the endpoint, and its bits 48-63 carry the sender's sequence.  An
+ * end whose tag is an SRQ's says so in its generation field's bit 14,
+ * which RDM_TAG puts at the class's place. */
+#define RDM_GEN_SRQ		(1u << RDM_GEN_BITS)
+#define RDM_TAG_SRQ		(1ull << 46)
+#define RDM_TAG_SRQ_IGNORE	(~(3ull << 46))
+#define RDM_SEQ_SHIFT		48
 /* how long the connecting side tries to reach its peer's endpoint */
 #define RDM_HELLO_MS		5000
 
@@ -81,6 +90,26 @@ struct rdm_fabric {
 	uint32_t nslots, free_head, free_tail;
 };
 
+/* A DAT SRQ (srx.c): an FI_EP_RDM endpoint of its own, bound to the AV
+ * and to a tagged CQ of its own, holding the SRQ's receives.  Its
+ * endpoints' private CQs are software ones it fills. */
+struct rdm_srx_rec;
+struct rdm_srx {
+	struct dfi_srx base;
+	struct rdm_fabric *rf;
+	struct fid_ep *ep;
+	struct fid_cq *cq;
+	int fd;				/* cq's wait fd; -1: polled */
+	/* the reads of cq and the records; taken before rf->lock */
+	pthread_mutex_t lock;
+	struct rdm_srx_rec *free, *all;
+	size_t posted, cap;		/* buffers posted, and how many may be */
+	size_t addr_len;
+	uint8_t addr[DFI_RDM_ADDR_MAX];
+};
+
+#define RDM_SRX(x)	((struct rdm_srx *)(x))
+
 struct rdm_eq {
 	struct dfi_eq base;
 	struct rdm_fabric *rf;
@@ -126,6 +155,15 @@ struct rdm_fep {
 	 * the UD endpoint's, it holds no id or queue share of its own, and
 	 * it ends at its first event */
 	bool ud_hs;
+	/* the peer is an SRQ endpoint: each send carries sseq (post_lock) */
+	bool sseq_on;
+	uint16_t sseq;
+	/* an SRQ endpoint (srx.c; rf->lock): its completions go to scq in
+	 * its peer's send order, rseq the next, those that came early wait */
+	uint16_t rseq;
+	struct rdm_srx *srx;
+	struct dfi_cq *scq;
+	struct rdm_early *early;
 };
 
 #define RDM_FEP(e)	((struct rdm_fep *)(e))
@@ -156,6 +194,15 @@ int dfi_rdm_ud_accept(struct dfi_fep *ud, void *req, const void *pdata, size_t p
 int dfi_rdm_post_send_ud(struct dfi_fep *ud, const struct dfi_ah *ah, const struct dfi_sge *sg,
 			 int n, void *ctx);
 void dfi_rdm_ah_free(struct dfi_ah *ah);
+
+/* srx.c: shared receive queues */
+int dfi_rdm_srx_open(struct dfi_fabric *f, size_t size, size_t iov_limit, struct dfi_srx **srx);
+void dfi_rdm_srx_close(struct dfi_srx *srx);
+int dfi_rdm_srx_post_recv(struct dfi_srx *srx, const struct dfi_sge *sg, int n, void *ctx);
+int dfi_rdm_srx_cq_open(struct dfi_srx *srx, size_t size, struct dfi_cq **cq);
+/* an SRQ endpoint closing (lock held): what waits for an earlier message
+ * goes to its CQ now */
+void rdm_srx_fep_gone(struct rdm_fep *e);
 
 /* shmexit.c: shm's region files of this process go at its exit */
 void dfi_rdm_shm_unlink_at_exit(void);

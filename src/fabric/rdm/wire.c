@@ -4,7 +4,9 @@
 #include <errno.h>
 #include <string.h>
 
-#define GEN_MAX 0x3fffu		/* 14 bits: the generation's share of a tag */
+/* A generation field: 14 bits of generation, and above them the class of
+ * the end's tag, 0 (its own receives) or 1 (an SRQ's: docs/rdm.md). */
+#define GEN_MAX 0x7fffu
 
 /* Each body's fixed part; REQ and REP are followed by an address and
  * private data, REJ by private data. */
@@ -270,6 +272,6 @@ ssize_t dfi_rdm_decode(const void *buf, size_t len, struct dfi_rdm_msg *m, const
 		break;
 	}
 	if (m->src_gen > GEN_MAX || m->dst_gen > GEN_MAX)
-		BAD("generation wider than 14 bits");
+		BAD("generation wider than 14 bits and a tag class of 0 or 1");
 	return DFI_RDM_HDR_LEN + (ssize_t)n;
 }

@@ -55,7 +55,7 @@ struct dfi_rdm_msg {
 	enum dfi_rdm_type type;
 	uint64_t ia;			/* REQ, REP: the sender's IA instance */
 	uint32_t src_id, dst_id;	/* connection ids: the sender's, the receiver's */
-	uint16_t src_gen, dst_gen;	/* their generations (14 bits) */
+	uint16_t src_gen, dst_gen;	/* their generations (14 bits, bit 14: SRQ) */
 	uint64_t qual;			/* REQ: the connection qualifier */
 	uint16_t flags;			/* REQ: DFI_RDM_REQ_* */
 	uint8_t reason;			/* REJ */

@@ -1,0 +1,356 @@
+/*
+ * Shared receive queues over RDM (docs/rdm.md, section 9).
+ *
+ * No RDM provider here reports a shared context's completion per
+ * receiving endpoint (tcp;ofi_rxm has no shared context, shm reports on
+ * the context's own CQ), so an SRQ is an FI_EP_RDM endpoint of its own
+ * whose receives match any message of tag class 1.  The endpoints of the
+ * SRQ give that endpoint's address and a generation field with RDM_GEN_SRQ
+ * in their REQ/REP; their peers send there with class 1, their own id and
+ * generation, and a 16-bit sequence.  The SRQ's CQ is read by the pull of
+ * any of its endpoints' private CQs (software CQs, cq_soft.c), which hands
+ * each completion to the endpoint its tag names, in the peer's send order:
+ * tcp;ofi_rxm completes a large message after a small one behind it.
+ *
+ * A message for a connection that is gone (an old generation, an id freed)
+ * took a consumer's buffer all the same: the buffer is posted again.  Each
+ * posted buffer therefore has a record here, its libfabric context, with
+ * its segments and the DAT layer's context.
+ */
+#include "rdm.h"
+#include "util/log.h"
+
+#include <errno.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define SRX_MAX_SGE	4	/* an SRQ's max_recv_iov, at most (srq.c) */
+#define SRX_CQ_SIZE	1024	/* the provider's CQ spills over beyond */
+#define SRX_BATCH	32
+/* A post's EAGAIN: the provider's receive entries are all taken, for good
+ * unless its progress frees those of messages completed */
+#define SRX_POST_MS	100
+
+struct rdm_srx_rec {
+	struct rdm_srx_rec *next;	/* free list */
+	struct rdm_srx_rec *all;	/* every record, freed at the close */
+	void *ctx;
+	int n;
+	struct dfi_sge sg[SRX_MAX_SGE];
+};
+
+/* A completion that came before an earlier message of its connection. */
+struct rdm_early {
+	struct rdm_early *next;
+	uint16_t seq;
+	struct dfi_comp c;
+};
+
+static int srx_post(struct rdm_srx *x, struct rdm_srx_rec *r)
+{
+	struct iovec iov[SRX_MAX_SGE];
+	void *desc[SRX_MAX_SGE];
+	struct timespec t0, now;
+	ssize_t rc;
+
+	(void)dfi_fill_iov(r->sg, r->n, iov, desc);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		rc = fi_trecvv(x->ep, iov, desc, (size_t)r->n, FI_ADDR_UNSPEC, RDM_TAG_SRQ,
+			       RDM_TAG_SRQ_IGNORE, r);
+		if (rc == -FI_ENOMEM)
+			rc = -FI_EAGAIN;	/* shm's word for a full queue */
+		if (rc != -FI_EAGAIN)
+			break;
+		/* the provider's transient state, as for a connection's posts
+		 * (post.c): its progress, and again, for a bounded time */
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		if ((now.tv_sec - t0.tv_sec) * 1000 + (now.tv_nsec - t0.tv_nsec) / 1000000 >
+		    SRX_POST_MS)
+			break;
+		(void)fi_cq_read(x->cq, NULL, 0);
+		sched_yield();
+	}
+	return dfi_post_rc(rc);
+}
+
+int dfi_rdm_srx_post_recv(struct dfi_srx *sx, const struct dfi_sge *sg, int n, void *ctx)
+{
+	struct rdm_srx *x = RDM_SRX(sx);
+	struct rdm_srx_rec *r;
+	int rc;
+
+	if (n < 0 || n > SRX_MAX_SGE)
+		return -EINVAL;
+	pthread_mutex_lock(&x->lock);
+	if (x->posted >= x->cap) {
+		pthread_mutex_unlock(&x->lock);
+		return -EAGAIN;
+	}
+	if ((r = x->free)) {
+		x->free = r->next;
+	} else if ((r = calloc(1, sizeof(*r)))) {
+		r->all = x->all;
+		x->all = r;
+	}
+	if (r)
+		x->posted++;
+	pthread_mutex_unlock(&x->lock);
+	if (!r)
+		return -ENOMEM;
+	r->ctx = ctx;
+	r->n = n;
+	memcpy(r->sg, sg, (size_t)n * sizeof(*sg));
+	rc = srx_post(x, r);
+	if (rc) {
+		pthread_mutex_lock(&x->lock);
+		r->next = x->free;
+		x->free = r;
+		x->posted--;
+		pthread_mutex_unlock(&x->lock);
+	}
+	return rc;
+}
+
+/* rf->lock held: c to e's CQ, and those of e's that waited for it. */
+static void deliver(struct rdm_fep *e, const struct dfi_comp *c, uint16_t seq)
+{
+	struct rdm_early *w, **pp;
+
+	if (seq != e->rseq) {
+		if ((w = malloc(sizeof(*w)))) {
+			w->seq = seq;
+			w->c = *c;
+			w->next = e->early;
+			e->early = w;
+			return;
+		}
+		dfi_warn(DFI_SS_FABRIC, "SRQ endpoint %u: out of memory holding a completion "
+			 "that came early: it is reported out of order", e->id);
+	} else {
+		e->rseq++;
+	}
+	if (dfi_cq_soft_push(e->scq, c))
+		dfi_err(DFI_SS_FABRIC, "SRQ endpoint %u: out of memory: a completion is lost",
+			e->id);
+	for (pp = &e->early; (w = *pp);) {
+		if (w->seq != e->rseq) {
+			pp = &w->next;
+			continue;
+		}
+		*pp = w->next;
+		e->rseq++;
+		if (dfi_cq_soft_push(e->scq, &w->c))
+			dfi_err(DFI_SS_FABRIC, "SRQ endpoint %u: out of memory: a completion is "
+				"lost", e->id);
+		free(w);
+		pp = &e->early;		/* the next may stand before it */
+	}
+}
+
+void rdm_srx_fep_gone(struct rdm_fep *e)
+{
+	/* oldest first: the distance from the next one expected */
+	while (e->early) {
+		struct rdm_early *w, **pp, **best = &e->early;
+
+		for (pp = &e->early; (w = *pp); pp = &w->next)
+			if ((uint16_t)(w->seq - e->rseq) < (uint16_t)((*best)->seq - e->rseq))
+				best = pp;
+		w = *best;
+		*best = w->next;
+		e->rseq = (uint16_t)(w->seq + 1);
+		if (dfi_cq_soft_push(e->scq, &w->c))
+			dfi_err(DFI_SS_FABRIC, "SRQ endpoint %u: out of memory: a completion is "
+				"lost", e->id);
+		free(w);
+	}
+}
+
+/*
+ * x->lock and rf->lock held: one completion of the SRQ's CQ to its
+ * endpoint.  Its record goes back to the free list, or, when no endpoint
+ * of this SRQ holds the connection the tag names any more, onto *stale,
+ * to be posted again.  A completion without a record is a hello's.
+ */
+static void route(struct rdm_srx *x, struct rdm_srx_rec *r, uint64_t tag, struct dfi_comp *c,
+		  struct rdm_srx_rec **stale)
+{
+	struct rdm_fabric *rf = x->rf;
+	uint32_t id = (uint32_t)tag;
+	uint16_t gen = (uint16_t)((tag >> 32) & RDM_GEN_MASK);
+	struct rdm_fep *e = id && id <= rf->nslots ? rf->slots[id - 1].fep : NULL;
+
+	if (!r)
+		return;
+	if (!e || e->gen != gen || e->srx != x || (tag >> 46 & 3) != 1) {
+		if (c->err != ECANCELED) {
+			dfi_dbg(DFI_SS_FABRIC, "SRQ %p: a message for connection %u:%u, which "
+				"is gone: its buffer is posted again", (void *)x, id, gen);
+			r->next = *stale;
+			*stale = r;
+		}
+		return;
+	}
+	c->ctx = r->ctx;
+	deliver(e, c, (uint16_t)(tag >> RDM_SEQ_SHIFT));
+	r->next = x->free;
+	x->free = r;
+	x->posted--;
+}
+
+static void srx_pull(void *arg)
+{
+	struct rdm_srx *x = arg;
+	struct rdm_fabric *rf = x->rf;
+	struct fi_cq_tagged_entry t[SRX_BATCH];
+	struct rdm_srx_rec *stale = NULL;
+
+	pthread_mutex_lock(&x->lock);
+	for (int round = 0; round < 64; round++) {	/* the rest: the next pull */
+		ssize_t n = fi_cq_read(x->cq, t, SRX_BATCH);
+
+		if (n == -FI_EAVAIL) {
+			struct fi_cq_err_entry err = { 0 };
+			struct dfi_comp c = { 0 };
+
+			if (fi_cq_readerr(x->cq, &err, 0) != 1)
+				break;
+			c.len = err.len;
+			c.err = err.err ? err.err : EIO;
+			pthread_mutex_lock(&rf->lock);
+			route(x, err.op_context, err.tag, &c, &stale);
+			pthread_mutex_unlock(&rf->lock);
+			continue;
+		}
+		if (n <= 0) {
+			if (n != -FI_EAGAIN && n != 0)
+				dfi_warn(DFI_SS_FABRIC, "SRQ %p: reading its CQ: %s", (void *)x,
+					 fi_strerror((int)-n));
+			break;
+		}
+		pthread_mutex_lock(&rf->lock);
+		for (ssize_t i = 0; i < n; i++) {
+			struct dfi_comp c = { .len = t[i].len, .data = t[i].data,
+					      .imm = (t[i].flags & FI_REMOTE_CQ_DATA) != 0 };
+
+			route(x, t[i].op_context, t[i].tag, &c, &stale);
+		}
+		pthread_mutex_unlock(&rf->lock);
+		if (n < SRX_BATCH)
+			break;
+	}
+	while (stale) {
+		struct rdm_srx_rec *r = stale;
+
+		stale = r->next;
+		if (srx_post(x, r)) {
+			/* the SRQ has one buffer less, and its count stays */
+			dfi_warn(DFI_SS_FABRIC, "SRQ %p: a buffer a stale message took could not "
+				 "be posted again", (void *)x);
+			r->next = x->free;
+			x->free = r;
+			x->posted--;
+		}
+	}
+	pthread_mutex_unlock(&x->lock);
+}
+
+static int srx_trywait(void *arg)
+{
+	struct rdm_srx *x = arg;
+	struct fid *fids[1] = { &x->cq->fid };
+	int rc;
+
+	if (x->fd < 0)
+		return 0;		/* polled: nothing to arm */
+	rc = fi_trywait(x->rf->f->fabric, fids, 1);
+	return rc == -FI_EAGAIN ? -EAGAIN : rc;
+}
+
+static const struct dfi_cq_feed srx_feed = { .pull = srx_pull, .trywait = srx_trywait };
+
+int dfi_rdm_srx_cq_open(struct dfi_srx *sx, size_t size, struct dfi_cq **cq)
+{
+	struct rdm_srx *x = RDM_SRX(sx);
+
+	return dfi_cq_soft_open(x->rf->f, size, x->fd, &srx_feed, x, cq);
+}
+
+int dfi_rdm_srx_open(struct dfi_fabric *f, size_t size, size_t iov_limit, struct dfi_srx **out)
+{
+	struct fi_cq_attr ca = { .size = SRX_CQ_SIZE, .format = FI_CQ_FORMAT_TAGGED,
+				 .wait_obj = f->lim.polled ? FI_WAIT_NONE : FI_WAIT_FD };
+	struct rdm_srx *x = calloc(1, sizeof(*x));
+	int rc;
+
+	(void)size;	/* the provider's receive queue is what it is */
+	if (!x)
+		return -ENOMEM;
+	if (iov_limit > SRX_MAX_SGE) {
+		free(x);
+		return -EINVAL;
+	}
+	x->base.be = &dfi_rdm_backend;
+	x->rf = f->priv;
+	x->fd = -1;
+	/* a quarter of the provider's receive queue stays for its endpoints'
+	 * hellos and the messages that come before a buffer (shm keeps those
+	 * in the same entries): a full queue refuses a post for good */
+	x->cap = f->lim.rx_size ? f->lim.rx_size - f->lim.rx_size / 4 : SIZE_MAX;
+	pthread_mutex_init(&x->lock, NULL);
+	rc = fi_cq_open(f->domain, &ca, &x->cq, NULL);
+	if (!rc && !f->lim.polled)
+		rc = fi_control(&x->cq->fid, FI_GETWAIT, &x->fd);
+	if (rc) {
+		dfi_err(DFI_SS_FABRIC, "an SRQ's CQ: %s", fi_strerror(-rc));
+		goto err;
+	}
+	rc = fi_endpoint(f->domain, f->info, &x->ep, NULL);
+	if (rc) {
+		dfi_err(DFI_SS_FABRIC, "an SRQ's RDM endpoint: %s", fi_strerror(-rc));
+		goto err;
+	}
+	/* it never sends: the CQ is bound both ways, as providers want one */
+	rc = fi_ep_bind(x->ep, &x->rf->av->fid, 0);
+	if (!rc)
+		rc = fi_ep_bind(x->ep, &x->cq->fid, FI_TRANSMIT | FI_RECV);
+	if (!rc)
+		rc = fi_enable(x->ep);
+	x->addr_len = sizeof(x->addr);
+	if (!rc)
+		rc = fi_getname(&x->ep->fid, x->addr, &x->addr_len);
+	if (rc) {
+		dfi_err(DFI_SS_FABRIC, "binding/enabling/naming an SRQ's RDM endpoint: %s",
+			fi_strerror(-rc));
+		goto err;
+	}
+	dfi_dbg(DFI_SS_FABRIC, "SRQ %p: its RDM endpoint opened", (void *)x);
+	*out = &x->base;
+	return 0;
+err:
+	dfi_rdm_srx_close(&x->base);
+	return rc;
+}
+
+/* After its last endpoint: the buffers still posted go without
+ * completions, as the DAT layer expects (srq.c). */
+void dfi_rdm_srx_close(struct dfi_srx *sx)
+{
+	struct rdm_srx *x = RDM_SRX(sx);
+
+	if (x->ep)
+		fi_close(&x->ep->fid);
+	if (x->cq)
+		fi_close(&x->cq->fid);
+	while (x->all) {
+		struct rdm_srx_rec *r = x->all;
+
+		x->all = r->all;
+		free(r);
+	}
+	pthread_mutex_destroy(&x->lock);
+	free(x);
+}
