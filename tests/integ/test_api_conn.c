@@ -1763,6 +1763,55 @@ static void test_disconnect_flushes(void **state)
 	alarm(0);
 }
 
+/* A burst of sends, large and small, and the disconnect right behind it:
+ * the server receives every message before its DISCONNECTED, none
+ * flushed.  Over RDM the DREQ travels another socket than the data, and
+ * the side that disconnects writes its peer's goodbye word behind its data
+ * first (fabric/rdm/bye.c). */
+#define BURST_N		24
+#define BURST_BIG	(40u << 10)
+
+static void test_disconnect_after_burst(void **state)
+{
+	struct pair *p = *state;
+	DAT_EVENT ev;
+	int big = 0;
+
+	watchdog(__func__, 60);
+	establish(p);
+	for (int i = 0; i < BURST_N; i++)
+		assert_ok(post_recv1(&p->s, (size_t)i * BURST_BIG, BURST_BIG, 0x400 + (uint64_t)i));
+	for (int i = 0; i < BURST_N; i++) {
+		size_t len = i % 3 == 2 ? 64 : BURST_BIG;
+
+		memset(p->c.buf + (size_t)i * BURST_BIG, i + 1, len);
+		assert_ok(post_send1(&p->c, (size_t)i * BURST_BIG, len, 0x500 + (uint64_t)i,
+				     DAT_COMPLETION_DEFAULT_FLAG));
+	}
+	assert_ok(dat_ep_disconnect(p->c.ep, DAT_CLOSE_GRACEFUL_FLAG));
+	for (int i = 0; i < BURST_N; i++) {
+		size_t len = i % 3 == 2 ? 64 : BURST_BIG;
+		const uint8_t *b = p->s.buf + (size_t)i * BURST_BIG;
+
+		expect_dto(p->s.rcv, p->s.ep, 0x400 + (uint64_t)i, DAT_DTO_RECEIVE,
+			   DAT_DTO_SUCCESS, (DAT_SEG_LENGTH)len, 5000,
+			   "server receive of a message sent before the disconnect");
+		for (size_t k = 0; k < len; k++)
+			if (b[k] != (uint8_t)(i + 1))
+				fail_msg("message %d: byte %zu differs", i, k);
+		big += len == BURST_BIG;
+	}
+	expect_conn(p->s.conn, DAT_CONNECTION_EVENT_DISCONNECTED, p->s.ep, 5000, "server", NULL);
+	expect_conn(p->c.conn, DAT_CONNECTION_EVENT_DISCONNECTED, p->c.ep, 5000, "client", NULL);
+	/* the client's sends completed, or were flushed by its own disconnect */
+	for (int i = 0; i < BURST_N; i++) {
+		assert_ok(wait_ev(p->c.req, 5000, &ev));
+		assert_int_equal(ev.event_number, DAT_DTO_COMPLETION_EVENT);
+	}
+	assert_int_equal(big, BURST_N - BURST_N / 3);
+	alarm(0);
+}
+
 /* ===================================================== 5. peer killed */
 
 /* The peer, in its own process: connect to 127.0.0.1:PORT, then
@@ -5396,6 +5445,7 @@ int main(int argc, char **argv)
 		TP(test_stream_credits_across_threads),
 		/* 4. disconnect */
 		TP(test_disconnect_flushes),
+		TP(test_disconnect_after_burst),
 		/* 5. peer death */
 		TP(test_peer_exits_mid_stream),
 		TP(test_peer_sigkilled_mid_stream),

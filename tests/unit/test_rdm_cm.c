@@ -3,7 +3,8 @@
  * in one process, over TCP on 127.0.0.1 - a handshake with private data
  * both ways, reject, no listener, disconnects from either side and by a
  * peer that just closes, requests that die or never arrive whole, a peer
- * that sends garbage, arguments out of range, 200 connections at once.
+ * that sends garbage, arguments out of range, 200 connections at once,
+ * atomics, and the goodbye a DREQ waits for.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -570,6 +571,108 @@ static void test_atomics_and_ud_flag(void **state)
 	dfi_rcm_unlisten(lis);
 }
 
+/* The goodbye: each end's word travels in REQ and REP; the DISCONNECTED of
+ * a DREQ waits until the caller's check says the peer's goodbye landed,
+ * or DFI_RCM_BYE_MS; the side that sent the DREQ, and a peer that only
+ * closes its socket, are not waited for. */
+static bool bye_landed;
+static int bye_asked;
+
+static bool bye_check(void *arg, void *ctx)
+{
+	assert_null(arg);
+	assert_ptr_equal(ctx, B_CTX);
+	bye_asked++;
+	return bye_landed;
+}
+
+static struct dfi_rcm_conn *bye_pair(struct cms *c, uint16_t port, struct dfi_rcm_conn **ca)
+{
+	struct dfi_rcm_end ea = end(11, 12, 8), eb = end(13, 14, 8);
+	struct sockaddr_in dest = lo(port);
+	struct dfi_rcm_event *e;
+	struct dfi_rcm_conn *cb;
+
+	ea.bye_addr = 0x7f0000001008ull;
+	ea.bye_key = 21;
+	eb.bye_addr = 0x7f0000002010ull;
+	eb.bye_key = 22;
+	reset_seen();
+	assert_int_equal(dfi_rcm_connect(c->a, &dest, port, &ea, NULL, 0, A_CTX, ca), 0);
+	drive(c, &sa, &sb, 2000, b_has_req);
+	e = first(&sb, DFI_RCM_CONNREQ);
+	assert_non_null(e);
+	assert_int_equal(e->remote.bye_addr, ea.bye_addr);
+	assert_int_equal(e->remote.bye_key, 21);
+	cb = e->conn;
+	assert_int_equal(dfi_rcm_accept(cb, &eb, NULL, 0, B_CTX), 0);
+	dfi_rcm_want_goodbye(cb);
+	drive(c, &sa, &sb, 2000, both_up);
+	e = first(&sa, DFI_RCM_ESTABLISHED);
+	assert_non_null(e);
+	assert_int_equal(e->remote.bye_addr, eb.bye_addr);
+	assert_int_equal(e->remote.bye_key, 22);
+	return cb;
+}
+
+static bool b_down(const struct seen *a, const struct seen *b)
+{
+	(void)a;
+	return count(b, DFI_RCM_DISCONNECTED) > 0;
+}
+
+static void test_goodbye(void **state)
+{
+	struct cms *c = *state;
+	struct dfi_rcm_lis *lis;
+	struct dfi_rcm_conn *ca, *cb;
+	uint16_t port;
+	uint64_t t0;
+
+	dfi_rcm_serve_goodbye(c->b, bye_check, NULL);
+	assert_int_equal(dfi_rcm_listen(c->b, 0, LIS_CTX, &lis, &port), 0);
+
+	/* it lands after 200 ms */
+	cb = bye_pair(c, port, &ca);
+	bye_landed = false;
+	bye_asked = 0;
+	assert_int_equal(dfi_rcm_disconnect(ca), 0);
+	drive(c, &sa, &sb, 200, both_down);
+	assert_int_equal(count(&sa, DFI_RCM_DISCONNECTED), 1);	/* at DREP */
+	assert_int_equal(count(&sb, DFI_RCM_DISCONNECTED), 0);
+	assert_true(bye_asked >= 2);
+	bye_landed = true;
+	t0 = ms_now();
+	drive(c, &sa, &sb, 1000, b_down);
+	assert_int_equal(count(&sb, DFI_RCM_DISCONNECTED), 1);
+	assert_true(ms_now() - t0 < 100);
+	dfi_rcm_conn_free(ca);
+	dfi_rcm_conn_free(cb);
+
+	/* it never does: the bound */
+	cb = bye_pair(c, port, &ca);
+	bye_landed = false;
+	t0 = ms_now();
+	assert_int_equal(dfi_rcm_disconnect(ca), 0);
+	drive(c, &sa, &sb, DFI_RCM_BYE_MS + 2000, b_down);
+	assert_int_equal(count(&sb, DFI_RCM_DISCONNECTED), 1);
+	assert_true(ms_now() - t0 >= DFI_RCM_BYE_MS - 50);
+	dfi_rcm_conn_free(ca);
+	dfi_rcm_conn_free(cb);
+
+	/* the peer's socket closes without a DREQ: no wait */
+	cb = bye_pair(c, port, &ca);
+	t0 = ms_now();
+	dfi_rcm_conn_free(ca);
+	drive(c, &sa, &sb, 1000, b_down);
+	assert_int_equal(count(&sb, DFI_RCM_DISCONNECTED), 1);
+	assert_true(ms_now() - t0 < 500);
+	dfi_rcm_conn_free(cb);
+
+	dfi_rcm_serve_goodbye(c->b, NULL, NULL);
+	dfi_rcm_unlisten(lis);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -581,6 +684,7 @@ int main(void)
 		cmocka_unit_test(test_bad_arguments),
 		cmocka_unit_test(test_many),
 		cmocka_unit_test(test_atomics_and_ud_flag),
+		cmocka_unit_test(test_goodbye),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);

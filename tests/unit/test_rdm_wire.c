@@ -33,6 +33,8 @@ static struct dfi_rdm_msg sample(enum dfi_rdm_type t)
 		m.plen = 256;
 		for (int i = 0; i < 256; i++)
 			m.pdata[i] = (uint8_t)i;
+		m.bye_addr = 0x7f00deadbee8ull;
+		m.bye_key = 0x55aa0001;
 		if (t == DFI_RDM_REQ) {
 			m.qual = 45248;
 			m.flags = DFI_RDM_REQ_UD;
@@ -149,7 +151,9 @@ static void set_u32(uint8_t *p, uint32_t v)
 }
 
 static void e_magic(uint8_t *b, ssize_t *n) { b[0] ^= 1; *n = 4; }	/* at once */
-static void e_version(uint8_t *b, ssize_t *n) { b[4] = 2; *n = 5; }
+static void e_version(uint8_t *b, ssize_t *n) { b[4] = DFI_RDM_VERSION + 1; *n = 5; }
+/* version 1 had no goodbye word in REQ and REP */
+static void e_version1(uint8_t *b, ssize_t *n) { b[4] = 1; *n = 5; }
 static void e_type0(uint8_t *b, ssize_t *n) { b[5] = 0; *n = 6; }
 static void e_type_hi(uint8_t *b, ssize_t *n) { b[5] = DFI_RDM_TYPE_END; (void)n; }
 static void e_flags(uint8_t *b, ssize_t *n) { b[6] = 1; (void)n; }
@@ -166,6 +170,8 @@ static void e_rej_pad(uint8_t *b, ssize_t *n) { b[DFI_RDM_HDR_LEN + 7] = 1; (voi
 static void e_rtu_pad(uint8_t *b, ssize_t *n) { b[DFI_RDM_HDR_LEN + 14] = 1; (void)n; }
 static void e_gen(uint8_t *b, ssize_t *n) { b[DFI_RDM_HDR_LEN + 5] = 0x80; (void)n; }
 static void e_req_pad(uint8_t *b, ssize_t *n) { b[DFI_RDM_HDR_LEN + 27] = 1; (void)n; }
+static void e_req_bye_pad(uint8_t *b, ssize_t *n) { b[DFI_RDM_HDR_LEN + 40] = 1; (void)n; }
+static void e_rep_bye_pad(uint8_t *b, ssize_t *n) { b[DFI_RDM_HDR_LEN + 39] = 1; (void)n; }
 static void e_rtu_long(uint8_t *b, ssize_t *n) { set_u32(b + 8, 20); *n += 4; }
 static void e_atomic_op(uint8_t *b, ssize_t *n) { b[DFI_RDM_HDR_LEN + 6] = 3; (void)n; }
 static void e_atomic_pad(uint8_t *b, ssize_t *n) { b[DFI_RDM_HDR_LEN + 29] = 1; (void)n; }
@@ -177,6 +183,7 @@ static void test_bad_input_refused(void **state)
 	(void)state;
 	expect_bad(sample(DFI_RDM_REQ), e_magic, "magic");
 	expect_bad(sample(DFI_RDM_REQ), e_version, "version");
+	expect_bad(sample(DFI_RDM_REQ), e_version1, "version");
 	expect_bad(sample(DFI_RDM_REQ), e_type0, "type");
 	expect_bad(sample(DFI_RDM_REQ), e_type_hi, "type");
 	expect_bad(sample(DFI_RDM_REQ), e_flags, "reserved header");
@@ -188,6 +195,8 @@ static void test_bad_input_refused(void **state)
 	expect_bad(sample(DFI_RDM_REQ), e_plen_big, "256");
 	expect_bad(sample(DFI_RDM_REQ), e_plen_off, "disagree");
 	expect_bad(sample(DFI_RDM_REQ), e_req_pad, "unknown REQ flags");
+	expect_bad(sample(DFI_RDM_REQ), e_req_bye_pad, "reserved");
+	expect_bad(sample(DFI_RDM_REP), e_rep_bye_pad, "reserved");
 	expect_bad(sample(DFI_RDM_REJ), e_reason, "reason");
 	expect_bad(sample(DFI_RDM_REJ), e_rej_pad, "reserved");
 	expect_bad(sample(DFI_RDM_RTU), e_rtu_pad, "reserved");

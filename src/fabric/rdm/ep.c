@@ -52,6 +52,10 @@ static int rdm_open(struct dfi_fabric *f, const struct sockaddr_in *addr, char *
 	}
 	if (strcmp(f->lim.prov_name, "shm") == 0)
 		dfi_rdm_shm_unlink_at_exit();
+	/* shm puts a message in its peer's queue before the post returns:
+	 * a DREQ after it cannot overtake it, and the peer's drain places it
+	 * (bye.c) */
+	rf->bye = strcmp(f->lim.prov_name, "shm") != 0;
 	pthread_mutex_init(&rf->lock, NULL);
 	rc = fi_av_open(f->domain, &attr, &rf->av, NULL);
 	if (rc) {
@@ -69,6 +73,7 @@ static int rdm_open(struct dfi_fabric *f, const struct sockaddr_in *addr, char *
 	/* the IB extension's atomics without FI_ATOMIC: over the control
 	 * channel, applied by the target's progress (docs/rdm.md, section 8) */
 	dfi_rcm_serve_atomics(rf->cm, rdm_serve_atomic, f);
+	dfi_rcm_serve_goodbye(rf->cm, rdm_bye_came, rf);
 	f->priv = rf;
 	return 0;
 err_av:
@@ -100,6 +105,7 @@ static void rdm_close(struct dfi_fabric *f)
 		next = p->next;
 		free(p);
 	}
+	rdm_bye_boards_free(rf);
 	dfi_rcm_close(rf->cm);
 	fi_close(&rf->av->fid);
 	free(rf->slots);
@@ -391,13 +397,18 @@ void rdm_self_end(const struct rdm_fep *e, struct dfi_rcm_end *end)
 	end->gen = e->srx ? (uint16_t)(e->gen | RDM_GEN_SRQ) : e->gen;
 	end->addr_len = (uint16_t)len;
 	memcpy(end->addr, e->srx ? e->srx->addr : e->rep->addr, len);
+	end->bye_addr = (uintptr_t)e->bye_word;
+	end->bye_key = e->bye_word ? e->bye_key : 0;
 }
 
-/* What e sends with: the peer's tag, and a sequence if it is an SRQ's. */
+/* What e sends with: the peer's tag, and a sequence if it is an SRQ's;
+ * and where its goodbye goes. */
 static void peer_tag(struct rdm_fep *e, const struct dfi_rcm_end *remote)
 {
 	e->stag = RDM_TAG(remote->id, remote->gen);
 	e->sseq_on = (remote->gen & RDM_GEN_SRQ) != 0;
+	e->peer_bye_addr = remote->bye_addr;
+	e->peer_bye_key = remote->bye_key;
 }
 
 /* ------------------------------------------------------------ the EQ */
@@ -493,7 +504,7 @@ int rdm_hello_recv(struct rdm_fep *e)
 
 /* A few progress passes of the endpoint's CQs, reading no completion:
  * messages already received by this host are matched to their receives. */
-static void drain(struct rdm_fep *e)
+void rdm_drain(struct rdm_fep *e)
 {
 	for (int i = 0; i < 4; i++) {
 		(void)fi_cq_read(e->rep->rxcq->cq, NULL, 0);
@@ -562,10 +573,9 @@ static bool translate(struct rdm_fabric *rf, struct dfi_rcm_event *r, struct dfi
 		ev->err = ECONNREFUSED;
 		break;
 	case DFI_RCM_DISCONNECTED:
-		/* The peer's DREQ comes over rcm's socket, not behind its data:
-		 * what it sent before is placed first, as far as it is here
-		 * (docs/rdm.md: what is still on the wire is not waited for) */
-		drain(e);
+		/* After a DREQ, once the peer's goodbye landed (rcm waited):
+		 * what it sent before is placed first */
+		rdm_drain(e);
 		rdm_conn_gone(e);
 		ev->type = e->established ? DFI_CM_SHUTDOWN : DFI_CM_ERROR;
 		ev->ctx = e->ctx;
@@ -738,6 +748,8 @@ static int rdm_fep_open(struct dfi_fabric *f, struct dfi_eq *eq, void *p,
 	}
 	e->gen = rf->slots[e->id - 1].gen;
 	e->rtag = RDM_TAG(e->id, e->gen);
+	if (rf->bye && (e->bye_word = rdm_bye_word(rf, e->id, &e->bye_key)))
+		__atomic_store_n(e->bye_word, 0, __ATOMIC_RELAXED);	/* a new holder's */
 	e->ep = e->rep->ep;
 	if (req) {		/* ours now: answered by rdm_fep_accept */
 		peer_tag(e, &req->remote);
@@ -766,6 +778,8 @@ static int rdm_fep_connect(struct dfi_fep *fe, const struct sockaddr_in *dest, c
 	e->peer_in = *dest;
 	rc = dfi_rcm_connect(e->rf->cm, dest, ntohs(dest->sin_port), &self, pdata, plen, e,
 			     &e->conn);
+	if (!rc && e->bye_word)
+		dfi_rcm_want_goodbye(e->conn);
 	pthread_mutex_unlock(&e->rf->lock);
 	if (rc)
 		dfi_warn(DFI_SS_FABRIC, "connect: %s", strerror(-rc));
@@ -784,6 +798,8 @@ static int rdm_fep_accept(struct dfi_fep *fe, const void *pdata, size_t plen)
 
 		rdm_self_end(e, &self);
 		rc = r ? r : dfi_rcm_accept(e->conn, &self, pdata, plen, e);
+		if (!rc && e->bye_word)
+			dfi_rcm_want_goodbye(e->conn);
 	}
 	pthread_mutex_unlock(&e->rf->lock);
 	if (rc)
@@ -801,8 +817,10 @@ static int rdm_fep_shutdown(struct dfi_fep *fe)
 	int rc = -ENOTCONN;
 
 	pthread_mutex_lock(&e->rf->lock);
-	if (e->conn && e->established)
+	if (e->conn && e->established) {
+		rdm_bye_send(e);	/* behind this side's data, before the DREQ */
 		rc = dfi_rcm_disconnect(e->conn);
+	}
 	if (rc && e->conn)
 		rdm_conn_gone(e);
 	pthread_mutex_unlock(&e->rf->lock);

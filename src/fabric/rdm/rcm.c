@@ -43,6 +43,7 @@ enum conn_state {
 	C_WAIT_RTU,		/* accepting side: REP sent */
 	C_ESTABLISHED,
 	C_DISC_SENT,		/* DREQ sent */
+	C_BYE_WAIT,		/* DREQ or DREP came: the peer's goodbye is awaited */
 	C_ENDED,		/* its last event given; the socket is closed */
 };
 
@@ -54,7 +55,11 @@ struct dfi_rcm_conn {
 	enum conn_state state;
 	void *ctx;
 	bool dead;			/* DELIVERED: the requester's socket ended */
-	uint64_t deadline_ns;		/* WAIT_REQ, WAIT_RTU: 0 none */
+	/* dfi_rcm_want_goodbye: a DREQ's DISCONNECTED waits for the peer's
+	 * goodbye, looked for until bye_until_ns, bye_poll_ns apart */
+	bool bye_wanted;
+	uint64_t bye_until_ns, bye_poll_ns;
+	uint64_t deadline_ns;		/* WAIT_REQ, WAIT_RTU, BYE_WAIT: 0 none */
 	struct dfi_rcm_end self, peer;
 	struct sockaddr_in from;
 	struct dfi_rdm_msg req;		/* DELIVERED: the request, for its event */
@@ -89,6 +94,9 @@ struct dfi_rcm {
 	/* the emulated atomics this IA serves (dfi_rcm_serve_atomics) */
 	dfi_rcm_atomic_fn atomic_fn;
 	void *atomic_arg;
+	/* whether a connection's goodbye has come (dfi_rcm_serve_goodbye) */
+	dfi_rcm_bye_fn bye_fn;
+	void *bye_arg;
 	unsigned evq_head, evq_n;
 	struct dfi_rcm_event evq[EVQ_LEN];
 };
@@ -243,6 +251,51 @@ static void conn_end(struct dfi_rcm_conn *c, enum dfi_rcm_ev_type t, int err)
 		e->err = err;
 }
 
+/* The peer's DREQ came: DISCONNECTED, once its goodbye came over the
+ * fabric (behind its data) or DFI_RCM_BYE_MS passed, where the caller
+ * wants that; looked for at once, then from 100 us apart, doubling to
+ * 20 ms.  The socket has no more to say. */
+#define BYE_POLL_FIRST_NS	100000u
+#define BYE_POLL_MAX_NS		20000000u
+
+static bool bye_came(struct dfi_rcm_conn *c)
+{
+	return !c->bye_wanted || !c->cm->bye_fn || c->cm->bye_fn(c->cm->bye_arg, c->ctx);
+}
+
+static void bye_wait(struct dfi_rcm_conn *c)
+{
+	uint64_t now;
+
+	if (bye_came(c)) {
+		conn_end(c, DFI_RCM_DISCONNECTED, 0);
+		return;
+	}
+	conn_close_sock(c);
+	now = now_ns();
+	c->state = C_BYE_WAIT;
+	c->bye_until_ns = now + (uint64_t)DFI_RCM_BYE_MS * 1000000u;
+	c->bye_poll_ns = BYE_POLL_FIRST_NS;
+	c->deadline_ns = now + c->bye_poll_ns;
+	timer_arm(c->cm);
+}
+
+/* on_timer: another look. */
+static void bye_poll(struct dfi_rcm_conn *c, uint64_t now)
+{
+	if (bye_came(c)) {
+		conn_end(c, DFI_RCM_DISCONNECTED, 0);
+	} else if (now >= c->bye_until_ns) {
+		dfi_dbg(DFI_SS_CM, "RDM connection manager: no goodbye from connection %u:%u "
+			"in %u ms", c->peer.id, c->peer.gen, DFI_RCM_BYE_MS);
+		conn_end(c, DFI_RCM_DISCONNECTED, 0);
+	} else {
+		if (c->bye_poll_ns < BYE_POLL_MAX_NS)
+			c->bye_poll_ns *= 2;
+		c->deadline_ns = now + c->bye_poll_ns;
+	}
+}
+
 static void want_out(struct dfi_rcm_conn *c, bool on)
 {
 	struct epoll_event ev = { .events = EPOLLIN | (on ? EPOLLOUT : 0u), .data.ptr = &c->s };
@@ -294,6 +347,8 @@ static void fill_end(struct dfi_rdm_msg *m, const struct dfi_rcm_end *e)
 	m->flags = m->type == DFI_RDM_REQ && e->ud ? DFI_RDM_REQ_UD : 0;
 	m->addr_len = e->addr_len;
 	memcpy(m->addr, e->addr, e->addr_len);
+	m->bye_addr = e->bye_addr;
+	m->bye_key = e->bye_key;
 }
 
 static void take_end(struct dfi_rcm_end *e, const struct dfi_rdm_msg *m)
@@ -303,6 +358,8 @@ static void take_end(struct dfi_rcm_end *e, const struct dfi_rdm_msg *m)
 	e->ud = m->flags & DFI_RDM_REQ_UD;
 	e->addr_len = m->addr_len;
 	memcpy(e->addr, m->addr, m->addr_len);
+	e->bye_addr = m->bye_addr;
+	e->bye_key = m->bye_key;
 }
 
 /* RTU, DREQ, DREP: the two ends' ids and nothing else. */
@@ -424,7 +481,7 @@ static bool on_msg(struct dfi_rcm_conn *c, const struct dfi_rdm_msg *m)
 			break;
 		if (m->type == DFI_RDM_DREQ) {
 			(void)send_ids(c, DFI_RDM_DREP);	/* the peer ends either way */
-			conn_end(c, DFI_RCM_DISCONNECTED, 0);
+			bye_wait(c);
 			return false;
 		}
 		if (m->type == DFI_RDM_DREP && c->state == C_DISC_SENT) {
@@ -472,6 +529,8 @@ static void on_sock_end(struct dfi_rcm_conn *c, int err)
 	case C_WAIT_RTU:
 		conn_end(c, DFI_RCM_BROKEN, err ? err : ECONNRESET);
 		return;
+	case C_BYE_WAIT:
+		return;		/* closed already */
 	case C_ESTABLISHED:
 	case C_DISC_SENT:
 		/* the kernel gave up on a silent peer, or the peer's process
@@ -705,6 +764,8 @@ static void on_timer(struct dfi_rcm *cm)
 			dfi_info(DFI_SS_CM, "RDM connection manager: no whole request from %s "
 				 "in %u ms: dropped", ip(&c->from, a), cm->timeout_ms);
 			conn_destroy(c);
+		} else if (c->state == C_BYE_WAIT) {
+			bye_poll(c, now);
 		} else {
 			conn_end(c, DFI_RCM_BROKEN, ETIMEDOUT);	/* no RTU */
 		}
@@ -1000,7 +1061,7 @@ int dfi_rcm_atomic(struct dfi_rcm_conn *c, uint8_t op, uint64_t id, uint64_t add
 
 int dfi_rcm_disconnect(struct dfi_rcm_conn *c)
 {
-	if (c->state == C_DISC_SENT || c->state == C_ENDED)
+	if (c->state == C_DISC_SENT || c->state == C_BYE_WAIT || c->state == C_ENDED)
 		return 0;
 	if (c->state != C_ESTABLISHED)
 		return -ENOTCONN;
@@ -1008,6 +1069,17 @@ int dfi_rcm_disconnect(struct dfi_rcm_conn *c)
 	if (send_ids(c, DFI_RDM_DREQ))
 		conn_end(c, DFI_RCM_DISCONNECTED, 0);	/* the peer is gone already */
 	return 0;
+}
+
+void dfi_rcm_want_goodbye(struct dfi_rcm_conn *c)
+{
+	c->bye_wanted = true;
+}
+
+void dfi_rcm_serve_goodbye(struct dfi_rcm *cm, dfi_rcm_bye_fn fn, void *arg)
+{
+	cm->bye_fn = fn;
+	cm->bye_arg = arg;
 }
 
 void dfi_rcm_conn_free(struct dfi_rcm_conn *c)

@@ -27,6 +27,10 @@ struct dfi_rcm_end {
 	uint16_t gen;			/* and generation (14 bits; bit 14: an SRQ's tag) */
 	uint16_t addr_len;		/* its fabric address (1..DFI_RDM_ADDR_MAX) */
 	bool ud;			/* REQ: an unreliable-datagram endpoint's */
+	/* its goodbye word (dfi_rcm_want_goodbye): where the peer writes
+	 * behind its data before its DREQ; 0 and 0: none */
+	uint64_t bye_addr;
+	uint32_t bye_key;
 	uint8_t addr[DFI_RDM_ADDR_MAX];
 };
 
@@ -35,7 +39,8 @@ enum dfi_rcm_ev_type {
 	DFI_RCM_ESTABLISHED,	/* connecting side on REP (then dfi_rcm_confirm),
 				 * accepting side on RTU */
 	DFI_RCM_REJECTED,	/* connecting side: the peer refused (reason) */
-	DFI_RCM_DISCONNECTED,	/* DREQ or DREP came, or the peer's socket closed */
+	DFI_RCM_DISCONNECTED,	/* DREQ (and, where wanted, the peer's goodbye) or
+				 * DREP came, or the peer's socket closed */
 	DFI_RCM_BROKEN,		/* err: the kernel gave up (ETIMEDOUT), the connect
 				 * failed (ECONNREFUSED: nobody listens), or the peer
 				 * broke the protocol (EPROTO) */
@@ -109,6 +114,18 @@ void dfi_rcm_serve_atomics(struct dfi_rcm *cm, dfi_rcm_atomic_fn fn, void *arg);
  * -EAGAIN (the peer is not reading) or -ENOTCONN. */
 int dfi_rcm_atomic(struct dfi_rcm_conn *c, uint8_t op, uint64_t id, uint64_t addr,
 		   uint32_t key, uint64_t operand, uint64_t compare);
+/* The goodbye (docs/rdm.md, "The goodbye"): a DREQ travels the socket,
+ * not behind the data on the fabric, so the caller writes the peer's
+ * goodbye word over the fabric behind its data before its DREQ.  On a
+ * connection it wants that for (dfi_rcm_want_goodbye), the DISCONNECTED of
+ * the peer's DREQ waits until fn(arg, the connection's ctx) says the
+ * peer's write has landed in its own word, or DFI_RCM_BYE_MS.  fn is
+ * called inside dfi_rcm_read.  A socket that ends without DREQ (the peer's
+ * process is gone) does not wait, nor does the side that sent the DREQ. */
+#define DFI_RCM_BYE_MS	2000
+typedef bool (*dfi_rcm_bye_fn)(void *arg, void *ctx);
+void dfi_rcm_serve_goodbye(struct dfi_rcm *cm, dfi_rcm_bye_fn fn, void *arg);
+void dfi_rcm_want_goodbye(struct dfi_rcm_conn *c);
 /* Close and free: no event for c after this one (queued ones are
  * dropped). */
 void dfi_rcm_conn_free(struct dfi_rcm_conn *c);

@@ -30,6 +30,9 @@
 #define RDM_TAG_SRQ		(1ull << 46)
 #define RDM_TAG_SRQ_IGNORE	(~(3ull << 46))
 #define RDM_SEQ_SHIFT		48
+/* The goodbye (ep.c): what the side that disconnects writes into its
+ * peer's goodbye word behind its data, the peer's generation in it. */
+#define RDM_BYE_VAL(gen)	((1ull << 63) | ((gen) & RDM_GEN_MASK))
 /* how long the connecting side tries to reach its peer's endpoint */
 #define RDM_HELLO_MS		5000
 
@@ -67,6 +70,15 @@ struct rdm_peer {
 	uint8_t name[DFI_RDM_ADDR_MAX];
 };
 
+/* The goodbye words of RDM_BOARD_WORDS connection ids, one page
+ * registered for the peers' RDMA writes (ep.c). */
+#define RDM_BOARD_WORDS	512
+struct rdm_board {
+	uint64_t *words;
+	struct dfi_mr *mr;
+	uint32_t key;
+};
+
 /* A connection-id slot: its generation, and the endpoint holding it. */
 struct rdm_slot {
 	uint16_t gen;
@@ -88,6 +100,9 @@ struct rdm_fabric {
 	/* free ids, oldest first: an id comes back only after every other
 	 * free one, so its 14-bit generation wraps that much later */
 	uint32_t nslots, free_head, free_tail;
+	bool bye;			/* its connections have goodbye words */
+	struct rdm_board *boards;	/* boards[(id - 1) / RDM_BOARD_WORDS] */
+	uint32_t nboards;
 };
 
 /* A DAT SRQ (srx.c): an FI_EP_RDM endpoint of its own, bound to the AV
@@ -155,6 +170,10 @@ struct rdm_fep {
 	 * the UD endpoint's, it holds no id or queue share of its own, and
 	 * it ends at its first event */
 	bool ud_hs;
+	/* its goodbye word (NULL: none), and its peer's */
+	uint64_t *bye_word;
+	uint32_t bye_key, peer_bye_key;
+	uint64_t peer_bye_addr;
 	/* the peer is an SRQ endpoint: each send carries sseq (post_lock) */
 	bool sseq_on;
 	uint16_t sseq;
@@ -194,6 +213,16 @@ int dfi_rdm_ud_accept(struct dfi_fep *ud, void *req, const void *pdata, size_t p
 int dfi_rdm_post_send_ud(struct dfi_fep *ud, const struct dfi_ah *ah, const struct dfi_sge *sg,
 			 int n, void *ctx);
 void dfi_rdm_ah_free(struct dfi_ah *ah);
+
+/* ep.c: a few passes of e's provider progress, reading no completion
+ * (lock held) */
+void rdm_drain(struct rdm_fep *e);
+
+/* bye.c: the goodbye (lock held) */
+uint64_t *rdm_bye_word(struct rdm_fabric *rf, uint32_t id, uint32_t *key);
+void rdm_bye_boards_free(struct rdm_fabric *rf);
+void rdm_bye_send(struct rdm_fep *e);
+bool rdm_bye_came(void *arg, void *ctx);
 
 /* srx.c: shared receive queues */
 int dfi_rdm_srx_open(struct dfi_fabric *f, size_t size, size_t iov_limit, struct dfi_srx **srx);

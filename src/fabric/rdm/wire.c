@@ -11,7 +11,7 @@
 /* Each body's fixed part; REQ and REP are followed by an address and
  * private data, REJ by private data. */
 static const uint32_t fixed_len[DFI_RDM_TYPE_END] = {
-	[DFI_RDM_REQ] = 28, [DFI_RDM_REP] = 24, [DFI_RDM_REJ] = 12, [DFI_RDM_RTU] = 16,
+	[DFI_RDM_REQ] = 44, [DFI_RDM_REP] = 40, [DFI_RDM_REJ] = 12, [DFI_RDM_RTU] = 16,
 	[DFI_RDM_DREQ] = 16, [DFI_RDM_DREP] = 16, [DFI_RDM_KEY] = 16, [DFI_RDM_KEYREP] = 24,
 	[DFI_RDM_ATOMIC] = 48, [DFI_RDM_ATOMICREP] = 32,
 };
@@ -80,8 +80,10 @@ ssize_t dfi_rdm_encode(const struct dfi_rdm_msg *m, void *buf, size_t cap)
 		put64(b + 16, m->qual);
 		put16(b + 24, m->plen);
 		put16(b + 26, m->flags);
-		memcpy(b + 28, m->addr, m->addr_len);
-		memcpy(b + 28 + m->addr_len, m->pdata, m->plen);
+		put64(b + 28, m->bye_addr);
+		put32(b + 36, m->bye_key);
+		memcpy(b + 44, m->addr, m->addr_len);
+		memcpy(b + 44 + m->addr_len, m->pdata, m->plen);
 		break;
 	case DFI_RDM_REP:
 		put64(b, m->ia);
@@ -91,8 +93,10 @@ ssize_t dfi_rdm_encode(const struct dfi_rdm_msg *m, void *buf, size_t cap)
 		put32(b + 16, m->dst_id);
 		put16(b + 20, m->dst_gen);
 		put16(b + 22, m->plen);
-		memcpy(b + 24, m->addr, m->addr_len);
-		memcpy(b + 24 + m->addr_len, m->pdata, m->plen);
+		put64(b + 24, m->bye_addr);
+		put32(b + 32, m->bye_key);
+		memcpy(b + 40, m->addr, m->addr_len);
+		memcpy(b + 40 + m->addr_len, m->pdata, m->plen);
 		break;
 	case DFI_RDM_REJ:
 		put32(b, m->dst_id);
@@ -199,6 +203,10 @@ ssize_t dfi_rdm_decode(const void *buf, size_t len, struct dfi_rdm_msg *m, const
 			m->dst_gen = get16(b + 20);
 			m->plen = get16(b + 22);
 		}
+		m->bye_addr = get64(b + fixed - 16);
+		m->bye_key = get32(b + fixed - 8);
+		if (get32(b + fixed - 4))
+			BAD("reserved bytes set");
 		if (m->addr_len == 0 || m->addr_len > DFI_RDM_ADDR_MAX)
 			BAD("fabric address length out of range");
 		if (m->plen > DFI_RDM_PDATA_MAX)

@@ -14,12 +14,12 @@
 #include <sys/types.h>
 
 #define DFI_RDM_MAGIC		0x52494644u	/* "DFIR" in the stream's byte order */
-#define DFI_RDM_VERSION		1
+#define DFI_RDM_VERSION		2	/* 2: REQ and REP carry the goodbye word */
 #define DFI_RDM_HDR_LEN		16
 #define DFI_RDM_ADDR_MAX	64	/* a fabric address (efa's is 32 bytes) */
 #define DFI_RDM_PDATA_MAX	256	/* DAT private data, as the MSG backend's */
 /* the longest message: a REQ with the longest address and private data */
-#define DFI_RDM_MSG_MAX		(DFI_RDM_HDR_LEN + 28 + DFI_RDM_ADDR_MAX + DFI_RDM_PDATA_MAX)
+#define DFI_RDM_MSG_MAX		(DFI_RDM_HDR_LEN + 44 + DFI_RDM_ADDR_MAX + DFI_RDM_PDATA_MAX)
 
 enum dfi_rdm_type {
 	DFI_RDM_REQ = 1,	/* connect: the requester's id, address, private data */
@@ -58,6 +58,10 @@ struct dfi_rdm_msg {
 	uint16_t src_gen, dst_gen;	/* their generations (14 bits, bit 14: SRQ) */
 	uint64_t qual;			/* REQ: the connection qualifier */
 	uint16_t flags;			/* REQ: DFI_RDM_REQ_* */
+	/* REQ, REP: the sender's goodbye word, which its peer writes behind
+	 * its data before its DREQ (docs/rdm.md, "The goodbye") */
+	uint64_t bye_addr;
+	uint32_t bye_key;
 	uint8_t reason;			/* REJ */
 	uint32_t rmr;			/* KEY, KEYREP, ATOMIC: the RMR context */
 	uint32_t status;		/* KEYREP, ATOMICREP: 0, or a positive errno */
