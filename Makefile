@@ -131,11 +131,14 @@ $(UNIT_BINS): $(B)/tests/%: $(B)/obj/tests/unit/%.o $(call obj,$(CORE_SRCS) $(WI
 	$(CC) -o $@ $^ $(ALL_LDFLAGS) $(CMOCKA_LIBS)
 
 # Integration tests go through the stock registry: they link -ldat2 only,
-# but for test_api_mailbox, whose hostile peer is raw libfabric.
+# but for test_api_mailbox and test_api_srq_peer, whose hostile peers are
+# raw libfabric (the latter speaks the RDM connection manager's wire).
 $(INTEG_BINS): $(B)/tests/%: $(B)/obj/tests/integ/%.o
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $^ $(ALL_LDFLAGS) $(CMOCKA_LIBS) -ldat2 $(INTEG_LIBS)
 $(B)/tests/test_api_mailbox: INTEG_LIBS = -lfabric
+$(B)/tests/test_api_srq_peer: $(call obj,src/fabric/rdm/wire.c)
+$(B)/tests/test_api_srq_peer: INTEG_LIBS = -lfabric
 
 $(FAULTPEER): $(B)/obj/tests/hosts/fault_peer.o
 	@mkdir -p $(dir $@)

@@ -198,6 +198,8 @@ if [ -x "$B/tests/test_api_conn" ] && [ "$scope" != stock ]; then
 	elif [ "$scope" = all ]; then
 		ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0 CONN_TEST_IA=ofi-net-rdm-lo \
 			run test_api_conn-rdm 300 "$B/tests/test_api_conn"
+		ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0 DFI_TEST_IA=ofi-net-rdm-lo \
+			run test_api_srq_peer-rdm 300 "$B/tests/test_api_srq_peer"
 	fi
 fi
 if [ "$scope" = all ] && [ "$variant" = plain ]; then
@@ -226,8 +228,10 @@ for rdm in rxm:ofi-rxm-lo shm:ofi-shm; do
 			CONN_TEST_IA=$ia run test_api_conn-$tag-order 300 "$B/tests/test_api_conn" \
 				'test_*order*'
 			IB_TEST_IA=$ia run test_api_ib-$tag-ud 300 "$B/tests/test_api_ib" 'test_ud*'
-			# SRQs: the software CQs their RDM endpoint fills (rdm/srx.c)
+			# SRQs: the software CQs their RDM endpoint fills (rdm/srx.c),
+			# and a raw peer that forges, reorders and skips
 			DFI_TEST_IA=$ia run test_api_srq-$tag 300 "$B/tests/test_api_srq"
+			DFI_TEST_IA=$ia run test_api_srq_peer-$tag 300 "$B/tests/test_api_srq_peer"
 			# rxm's atomics are emulated (rdm/rcm.c): 4 peers' threads
 			if [ "$tag" = rxm ]; then
 				IB_TEST_IA=$ia run test_api_ib-$tag-atomics 300 \
@@ -236,7 +240,7 @@ for rdm in rxm:ofi-rxm-lo shm:ofi-shm; do
 		elif [ "$scope" = all ]; then
 			CONN_TEST_IA=$ia run test_api_conn-$tag 300 "$B/tests/test_api_conn"
 			IB_TEST_IA=$ia run test_api_ib-$tag 300 "$B/tests/test_api_ib"
-			for t in upcall cancel limits srq; do
+			for t in upcall cancel limits srq srq_peer; do
 				DFI_TEST_IA=$ia run test_api_$t-$tag 300 "$B/tests/test_api_$t"
 			done
 		fi

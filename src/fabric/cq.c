@@ -400,6 +400,8 @@ DFI_HOT int dfi_cq_read(struct dfi_cq *c, struct dfi_comp *out, int n)
 			r = fi_cq_readerr(c->cq, &err, 0);
 			if (r < 0)
 				return got ? got : (int)r;
+			if (dfi_cq_own_ctx(err.op_context))
+				continue;	/* a cancelled receive of the backend's */
 			out[got].ctx = err.op_context;
 			out[got].len = err.len;
 			out[got].err = err.err ? err.err : EIO;
@@ -421,6 +423,8 @@ DFI_HOT int dfi_cq_read(struct dfi_cq *c, struct dfi_comp *out, int n)
 			if (__builtin_expect(o->imm && !o->ctx, 0) && c->owner->be->cq_data &&
 			    c->owner->be->cq_data(c->owner, o->data))
 				continue;
+			if (__builtin_expect(dfi_cq_own_ctx(o->ctx), 0))
+				continue;	/* a receive the backend posted for itself */
 			if (got != rd)
 				out[got] = *o;
 			got++;

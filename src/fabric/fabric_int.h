@@ -171,6 +171,15 @@ ssize_t dfi_atomic(struct fid_ep *ep, fi_addr_t addr, enum dfi_atomic_op op,
 		   const uint64_t *operand, const uint64_t *compare, uint64_t *result,
 		   struct dfi_mr *result_mr, uint64_t raddr, uint32_t rkey, void *ctx);
 
+/* A posting's context with its low bit set is the backend's own (rdm/'s
+ * hello receives): dfi_cq_read drops its completion, which the DAT layer,
+ * whose contexts are pointers to its descriptors, never sees. */
+static inline bool dfi_cq_own_ctx(const void *ctx)
+{
+	return ((uintptr_t)ctx & 1u) != 0;
+}
+#define DFI_CQ_OWN_CTX(p)	((void *)((uintptr_t)(p) | 1u))
+
 /* Shared by the posts of both backends. */
 static inline int dfi_post_rc(ssize_t rc)
 {

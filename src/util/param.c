@@ -95,6 +95,13 @@ const struct dfi_param dfi_params[DFI_P_COUNT] = {
 		"flap) keeps its connection, and so does a stopped process "
 		"(SIGSTOP), whose kernel still answers.  0: never (a vanished "
 		"peer is waited for until the consumer disconnects)." },
+	[DFI_P_SRQ_GAP_MS] = { "DAPL_OFI_SRQ_GAP_MS", DFI_PARAM_INT, "5000",
+		"On reliable-datagram IAs, how long, in milliseconds, an SRQ "
+		"EP's receives that completed may wait for an earlier message "
+		"of the same connection (tcp;ofi_rxm completes a large message "
+		"after small ones behind it) before the connection ends with "
+		"DAT_CONNECTION_EVENT_BROKEN: a peer that skipped a message "
+		"would otherwise hold the SRQ's buffers unseen." },
 };
 
 const char *dfi_param_str(enum dfi_param_id id)

@@ -30,6 +30,7 @@ enum dfi_param_id {
 	DFI_P_EP_PREOPEN,
 	DFI_P_INJECT,
 	DFI_P_PEER_TIMEOUT_MS,
+	DFI_P_SRQ_GAP_MS,
 	DFI_P_COUNT
 };
 

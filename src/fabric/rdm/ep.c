@@ -493,13 +493,17 @@ int rdm_path_up(struct rdm_fep *e, const struct dfi_rcm_end *remote)
 }
 
 /* The accepting side's receive for the connecting side's hello
- * (rdm_path_up): consumed here, its completion without a context, which
- * the DAT layer skips (an SRQ endpoint's: on its SRQ's endpoint, whose
- * reader drops it).  0 or libfabric's error. */
+ * (rdm_path_up), on the endpoint it receives at: its context the
+ * endpoint's, odd, so that its completion is dropped (cq.c, srx.c) and a
+ * hello that never came can be cancelled at the close.  0 or libfabric's
+ * error. */
 int rdm_hello_recv(struct rdm_fep *e)
 {
-	return (int)fi_trecv(e->srx ? e->srx->ep : e->ep, NULL, 0, NULL, FI_ADDR_UNSPEC,
-			     RDM_TAG_HELLO(e->id, e->gen), 0, NULL);
+	int rc = (int)fi_trecv(e->srx ? e->srx->ep : e->ep, NULL, 0, NULL, FI_ADDR_UNSPEC,
+			       RDM_TAG_HELLO(e->id, e->gen), 0, DFI_CQ_OWN_CTX(e));
+
+	e->hello_posted = rc == 0;
+	return rc;
 }
 
 /* A few progress passes of the endpoint's CQs, reading no completion:
@@ -577,6 +581,8 @@ static bool translate(struct rdm_fabric *rf, struct dfi_rcm_event *r, struct dfi
 		 * what it sent before is placed first */
 		rdm_drain(e);
 		rdm_conn_gone(e);
+		if (e->srx)	/* before the DAT layer's settle */
+			rdm_srx_fep_gone(e);
 		ev->type = e->established ? DFI_CM_SHUTDOWN : DFI_CM_ERROR;
 		ev->ctx = e->ctx;
 		ev->err = ECONNRESET;
@@ -590,9 +596,13 @@ static bool translate(struct rdm_fabric *rf, struct dfi_rcm_event *r, struct dfi
 		return true;
 	case DFI_RCM_BROKEN:
 		rdm_conn_gone(e);
+		if (e->srx)
+			rdm_srx_fep_gone(e);
 		ev->ctx = e->ctx;
 		if (e->established) {
-			e->aborted = r->err == ETIMEDOUT;
+			/* the kernel gave up on the peer, or the peer broke the
+			 * protocol: BROKEN, not DISCONNECTED */
+			e->aborted = r->err == ETIMEDOUT || r->err == EPROTO;
 			ev->type = DFI_CM_SHUTDOWN;
 		} else {
 			ev->type = DFI_CM_ERROR;
@@ -842,6 +852,8 @@ static void rdm_fep_close(struct dfi_fep *fe)
 		rdm_conn_gone(e);
 	if (e->srx)
 		rdm_srx_fep_gone(e);
+	if (e->hello_posted)	/* a peer that never said it: the entry back */
+		(void)fi_cancel(&(e->srx ? e->srx->ep : e->ep)->fid, DFI_CQ_OWN_CTX(e));
 	if (!e->ud_hs) {	/* a handshake's are its UD endpoint's */
 		id_put(rf, e->id);
 		rep_put(rf, e->rep, e->tx_need, e->rx_need);

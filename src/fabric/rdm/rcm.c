@@ -1071,6 +1071,12 @@ int dfi_rcm_disconnect(struct dfi_rcm_conn *c)
 	return 0;
 }
 
+void dfi_rcm_break(struct dfi_rcm_conn *c)
+{
+	if (c->state != C_ENDED)
+		conn_end(c, DFI_RCM_BROKEN, EPROTO);
+}
+
 void dfi_rcm_want_goodbye(struct dfi_rcm_conn *c)
 {
 	c->bye_wanted = true;

@@ -126,6 +126,9 @@ int dfi_rcm_atomic(struct dfi_rcm_conn *c, uint8_t op, uint64_t id, uint64_t add
 typedef bool (*dfi_rcm_bye_fn)(void *arg, void *ctx);
 void dfi_rcm_serve_goodbye(struct dfi_rcm *cm, dfi_rcm_bye_fn fn, void *arg);
 void dfi_rcm_want_goodbye(struct dfi_rcm_conn *c);
+/* The caller found the peer breaking the protocol on the fabric: BROKEN
+ * (EPROTO) follows, and the peer sees the socket close. */
+void dfi_rcm_break(struct dfi_rcm_conn *c);
 /* Close and free: no event for c after this one (queued ones are
  * dropped). */
 void dfi_rcm_conn_free(struct dfi_rcm_conn *c);

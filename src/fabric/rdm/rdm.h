@@ -119,6 +119,9 @@ struct rdm_srx {
 	pthread_mutex_t lock;
 	struct rdm_srx_rec *free, *all;
 	size_t posted, cap;		/* buffers posted, and how many may be */
+	/* its endpoints holding completions that came before an earlier
+	 * message (rf->lock): one whose gap lasts is broken */
+	struct rdm_fep *gapped;
 	size_t addr_len;
 	uint8_t addr[DFI_RDM_ADDR_MAX];
 };
@@ -170,6 +173,7 @@ struct rdm_fep {
 	 * the UD endpoint's, it holds no id or queue share of its own, and
 	 * it ends at its first event */
 	bool ud_hs;
+	bool hello_posted;		/* the hello's receive (rdm_hello_recv) */
 	/* its goodbye word (NULL: none), and its peer's */
 	uint64_t *bye_word;
 	uint32_t bye_key, peer_bye_key;
@@ -183,6 +187,9 @@ struct rdm_fep {
 	struct rdm_srx *srx;
 	struct dfi_cq *scq;
 	struct rdm_early *early;
+	/* on its SRQ's list of endpoints waiting for a message (srx.c) */
+	struct rdm_fep *gap_next, **gap_prev;
+	uint64_t gap_since_ns;
 };
 
 #define RDM_FEP(e)	((struct rdm_fep *)(e))
@@ -229,8 +236,8 @@ int dfi_rdm_srx_open(struct dfi_fabric *f, size_t size, size_t iov_limit, struct
 void dfi_rdm_srx_close(struct dfi_srx *srx);
 int dfi_rdm_srx_post_recv(struct dfi_srx *srx, const struct dfi_sge *sg, int n, void *ctx);
 int dfi_rdm_srx_cq_open(struct dfi_srx *srx, size_t size, struct dfi_cq **cq);
-/* an SRQ endpoint closing (lock held): what waits for an earlier message
- * goes to its CQ now */
+/* an SRQ endpoint's connection ended or it closes (lock held): what waits
+ * for an earlier message goes to its CQ now */
 void rdm_srx_fep_gone(struct rdm_fep *e);
 
 /* shmexit.c: shm's region files of this process go at its exit */

@@ -19,6 +19,7 @@
  */
 #include "rdm.h"
 #include "util/log.h"
+#include "util/param.h"
 
 #include <errno.h>
 #include <sched.h>
@@ -114,18 +115,58 @@ int dfi_rdm_srx_post_recv(struct dfi_srx *sx, const struct dfi_sge *sg, int n, v
 	return rc;
 }
 
-/* rf->lock held: c to e's CQ, and those of e's that waited for it. */
-static void deliver(struct rdm_fep *e, const struct dfi_comp *c, uint16_t seq)
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* e's place on its SRQ's list of endpoints waiting for an earlier message
+ * (rf->lock held). */
+static void gap_open(struct rdm_fep *e)
+{
+	struct rdm_srx *x = e->srx;
+
+	if (e->gap_prev)
+		return;
+	e->gap_since_ns = now_ns();
+	e->gap_next = x->gapped;
+	if (x->gapped)
+		x->gapped->gap_prev = &e->gap_next;
+	x->gapped = e;
+	e->gap_prev = &x->gapped;
+}
+
+static void gap_close(struct rdm_fep *e)
+{
+	if (!e->gap_prev)
+		return;
+	*e->gap_prev = e->gap_next;
+	if (e->gap_next)
+		e->gap_next->gap_prev = e->gap_prev;
+	e->gap_next = NULL;
+	e->gap_prev = NULL;
+}
+
+/* rf->lock held: c to e's CQ, and those of e's that waited for it.
+ * false: its sequence is behind the one expected (a duplicate, a forged
+ * one), and the buffer is posted again. */
+static bool deliver(struct rdm_fep *e, const struct dfi_comp *c, uint16_t seq)
 {
 	struct rdm_early *w, **pp;
 
+	if ((uint16_t)(seq - e->rseq) >= 0x8000u)
+		return false;
 	if (seq != e->rseq) {
 		if ((w = malloc(sizeof(*w)))) {
 			w->seq = seq;
 			w->c = *c;
 			w->next = e->early;
 			e->early = w;
-			return;
+			gap_open(e);
+			return true;
 		}
 		dfi_warn(DFI_SS_FABRIC, "SRQ endpoint %u: out of memory holding a completion "
 			 "that came early: it is reported out of order", e->id);
@@ -148,10 +189,16 @@ static void deliver(struct rdm_fep *e, const struct dfi_comp *c, uint16_t seq)
 		free(w);
 		pp = &e->early;		/* the next may stand before it */
 	}
+	if (!e->early)
+		gap_close(e);
+	else
+		e->gap_since_ns = now_ns();	/* the gap moved on */
+	return true;
 }
 
 void rdm_srx_fep_gone(struct rdm_fep *e)
 {
+	gap_close(e);
 	/* oldest first: the distance from the next one expected */
 	while (e->early) {
 		struct rdm_early *w, **pp, **best = &e->early;
@@ -173,7 +220,7 @@ void rdm_srx_fep_gone(struct rdm_fep *e)
  * x->lock and rf->lock held: one completion of the SRQ's CQ to its
  * endpoint.  Its record goes back to the free list, or, when no endpoint
  * of this SRQ holds the connection the tag names any more, onto *stale,
- * to be posted again.  A completion without a record is a hello's.
+ * to be posted again.  One whose context is odd is a hello's.
  */
 static void route(struct rdm_srx *x, struct rdm_srx_rec *r, uint64_t tag, struct dfi_comp *c,
 		  struct rdm_srx_rec **stale)
@@ -183,22 +230,48 @@ static void route(struct rdm_srx *x, struct rdm_srx_rec *r, uint64_t tag, struct
 	uint16_t gen = (uint16_t)((tag >> 32) & RDM_GEN_MASK);
 	struct rdm_fep *e = id && id <= rf->nslots ? rf->slots[id - 1].fep : NULL;
 
-	if (!r)
-		return;
-	if (!e || e->gen != gen || e->srx != x || (tag >> 46 & 3) != 1) {
-		if (c->err != ECANCELED) {
-			dfi_dbg(DFI_SS_FABRIC, "SRQ %p: a message for connection %u:%u, which "
-				"is gone: its buffer is posted again", (void *)x, id, gen);
-			r->next = *stale;
-			*stale = r;
-		}
+	if (!r || dfi_cq_own_ctx(r))
+		return;		/* a hello's */
+	c->ctx = r->ctx;
+	if (c->err == ECANCELED ||
+	    (e && e->gen == gen && e->srx == x && (tag >> 46 & 3) == 1 &&
+	     deliver(e, c, (uint16_t)(tag >> RDM_SEQ_SHIFT)))) {
+		r->next = x->free;
+		x->free = r;
+		x->posted--;
 		return;
 	}
-	c->ctx = r->ctx;
-	deliver(e, c, (uint16_t)(tag >> RDM_SEQ_SHIFT));
-	r->next = x->free;
-	x->free = r;
-	x->posted--;
+	dfi_dbg(DFI_SS_FABRIC, "SRQ %p: a message for connection %u:%u, which is gone (or "
+		"not in its sequence): its buffer is posted again", (void *)x, id, gen);
+	r->next = *stale;
+	*stale = r;
+}
+
+/* x->lock held: the connections whose gap has lasted DAPL_OFI_SRQ_GAP_MS
+ * are broken (their held completions go out with the event, ep.c); the
+ * pulls of the progress thread's ticks look. */
+static void gaps_check(struct rdm_srx *x)
+{
+	struct rdm_fabric *rf = x->rf;
+	long ms = dfi_param_int(DFI_P_SRQ_GAP_MS);
+	uint64_t now;
+
+	if (ms <= 0)
+		return;
+	now = now_ns();
+	pthread_mutex_lock(&rf->lock);
+	for (struct rdm_fep *e = x->gapped, *next; e; e = next) {
+		next = e->gap_next;
+		if (now - e->gap_since_ns < (uint64_t)ms * 1000000u)
+			continue;
+		dfi_warn(DFI_SS_FABRIC, "SRQ %p: connection %u has waited %ld ms for message %u of "
+			 "its peer, with later ones in: connection broken", (void *)x, e->id, ms,
+			 e->rseq);
+		gap_close(e);
+		if (e->conn)
+			dfi_rcm_break(e->conn);
+	}
+	pthread_mutex_unlock(&rf->lock);
 }
 
 static void srx_pull(void *arg)
@@ -242,6 +315,7 @@ static void srx_pull(void *arg)
 		if (n < SRX_BATCH)
 			break;
 	}
+	gaps_check(x);
 	while (stale) {
 		struct rdm_srx_rec *r = stale;
 
