@@ -24,7 +24,6 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 uint64_t *rdm_bye_word(struct rdm_fabric *rf, uint32_t id, uint32_t *key)
 {
@@ -78,21 +77,17 @@ void rdm_bye_boards_free(struct rdm_fabric *rf)
 
 void rdm_bye_send(struct rdm_fep *e)
 {
-	uint64_t v = RDM_BYE_VAL(e->stag >> 32);
-	struct timespec t0, now;
+	uint64_t v = RDM_BYE_VAL(e->stag >> 32), t0 = rdm_now_ms();
 	ssize_t rc;
 
 	if (!e->peer_bye_addr)
 		return;		/* the peer has no word */
-	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (;;) {
 		rc = fi_inject_write(e->ep, &v, sizeof(v), e->peer, e->peer_bye_addr,
 				     e->peer_bye_key);
 		if (rc != -FI_EAGAIN)
 			break;
-		clock_gettime(CLOCK_MONOTONIC, &now);
-		if ((now.tv_sec - t0.tv_sec) * 1000 + (now.tv_nsec - t0.tv_nsec) / 1000000 >
-		    RDM_BYE_SEND_MS)
+		if (rdm_now_ms() - t0 > RDM_BYE_SEND_MS)
 			break;
 		(void)fi_cq_read(e->rep->txcq->cq, NULL, 0);
 		sched_yield();

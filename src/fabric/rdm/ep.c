@@ -14,7 +14,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 /* ------------------------------------------------------------- the fabric */
 
@@ -466,18 +465,14 @@ void rdm_conn_gone(struct rdm_fep *e)
  */
 int rdm_path_up(struct rdm_fep *e, const struct dfi_rcm_end *remote)
 {
-	uint64_t tag = RDM_TAG_HELLO(remote->id, remote->gen);
-	struct timespec t0, now;
+	uint64_t tag = RDM_TAG_HELLO(remote->id, remote->gen), t0 = rdm_now_ms();
 	ssize_t rc;
 
-	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (;;) {
 		rc = fi_tinject(e->ep, NULL, 0, e->peer, tag);
 		if (rc != -FI_EAGAIN)
 			break;
-		clock_gettime(CLOCK_MONOTONIC, &now);
-		if ((now.tv_sec - t0.tv_sec) * 1000 + (now.tv_nsec - t0.tv_nsec) / 1000000 >
-		    RDM_HELLO_MS) {
+		if (rdm_now_ms() - t0 > RDM_HELLO_MS) {
 			rc = -FI_ETIMEDOUT;
 			break;
 		}

@@ -14,6 +14,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <time.h>
 
 /* Tags (docs/rdm.md): class (2 bits, 0: data), generation (14), id (32). */
 #define RDM_GEN_BITS	14
@@ -35,6 +36,16 @@
 #define RDM_BYE_VAL(gen)	((1ull << 63) | ((gen) & RDM_GEN_MASK))
 /* how long the connecting side tries to reach its peer's endpoint */
 #define RDM_HELLO_MS		5000
+
+/* Milliseconds of CLOCK_MONOTONIC: the clock of the backend's bounded
+ * retries and waits. */
+static inline uint64_t rdm_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
 
 /* A CQ whose EVD is gone, kept open while an endpoint bound to it lives
  * (ep.c, rdm_cq_closing): nobody reads or waits on it. */
@@ -189,7 +200,7 @@ struct rdm_fep {
 	struct rdm_early *early;
 	/* on its SRQ's list of endpoints waiting for a message (srx.c) */
 	struct rdm_fep *gap_next, **gap_prev;
-	uint64_t gap_since_ns;
+	uint64_t gap_since_ms;
 };
 
 #define RDM_FEP(e)	((struct rdm_fep *)(e))

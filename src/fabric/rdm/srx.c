@@ -25,7 +25,6 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define SRX_MAX_SGE	4	/* an SRQ's max_recv_iov, at most (srq.c) */
 #define SRX_CQ_SIZE	1024	/* the provider's CQ spills over beyond */
@@ -53,11 +52,10 @@ static int srx_post(struct rdm_srx *x, struct rdm_srx_rec *r)
 {
 	struct iovec iov[SRX_MAX_SGE];
 	void *desc[SRX_MAX_SGE];
-	struct timespec t0, now;
+	uint64_t t0 = rdm_now_ms();
 	ssize_t rc;
 
 	(void)dfi_fill_iov(r->sg, r->n, iov, desc);
-	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (;;) {
 		rc = fi_trecvv(x->ep, iov, desc, (size_t)r->n, FI_ADDR_UNSPEC, RDM_TAG_SRQ,
 			       RDM_TAG_SRQ_IGNORE, r);
@@ -67,9 +65,7 @@ static int srx_post(struct rdm_srx *x, struct rdm_srx_rec *r)
 			break;
 		/* the provider's transient state, as for a connection's posts
 		 * (post.c): its progress, and again, for a bounded time */
-		clock_gettime(CLOCK_MONOTONIC, &now);
-		if ((now.tv_sec - t0.tv_sec) * 1000 + (now.tv_nsec - t0.tv_nsec) / 1000000 >
-		    SRX_POST_MS)
+		if (rdm_now_ms() - t0 > SRX_POST_MS)
 			break;
 		(void)fi_cq_read(x->cq, NULL, 0);
 		sched_yield();
@@ -115,14 +111,6 @@ int dfi_rdm_srx_post_recv(struct dfi_srx *sx, const struct dfi_sge *sg, int n, v
 	return rc;
 }
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* e's place on its SRQ's list of endpoints waiting for an earlier message
  * (rf->lock held). */
 static void gap_open(struct rdm_fep *e)
@@ -131,7 +119,7 @@ static void gap_open(struct rdm_fep *e)
 
 	if (e->gap_prev)
 		return;
-	e->gap_since_ns = now_ns();
+	e->gap_since_ms = rdm_now_ms();
 	e->gap_next = x->gapped;
 	if (x->gapped)
 		x->gapped->gap_prev = &e->gap_next;
@@ -192,7 +180,7 @@ static bool deliver(struct rdm_fep *e, const struct dfi_comp *c, uint16_t seq)
 	if (!e->early)
 		gap_close(e);
 	else
-		e->gap_since_ns = now_ns();	/* the gap moved on */
+		e->gap_since_ms = rdm_now_ms();	/* the gap moved on */
 	return true;
 }
 
@@ -258,11 +246,11 @@ static void gaps_check(struct rdm_srx *x)
 
 	if (ms <= 0)
 		return;
-	now = now_ns();
+	now = rdm_now_ms();
 	pthread_mutex_lock(&rf->lock);
 	for (struct rdm_fep *e = x->gapped, *next; e; e = next) {
 		next = e->gap_next;
-		if (now - e->gap_since_ns < (uint64_t)ms * 1000000u)
+		if (now - e->gap_since_ms < (uint64_t)ms)
 			continue;
 		dfi_warn(DFI_SS_FABRIC, "SRQ %p: connection %u has waited %ld ms for message %u of "
 			 "its peer, with later ones in: connection broken", (void *)x, e->id, ms,
