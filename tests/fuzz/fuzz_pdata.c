@@ -44,6 +44,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
@@ -127,14 +128,28 @@ static uint8_t *bytes(DAT_COUNT n)
 
 /* ------------------------------------------------------------- helpers */
 
-/* The next event of evd within WAIT_US. */
+static uint64_t now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+/* The next event of evd within WAIT_US.  libFuzzer's timer signal
+ * (SIGALRM, every second) may interrupt the wait: DAT_INTERRUPTED_CALL,
+ * and the wait goes on for the time left. */
 static void next_event(DAT_EVD_HANDLE evd, DAT_EVENT *ev, const char *what)
 {
+	uint64_t end = now_us() + WAIT_US, now;
 	DAT_COUNT n;
 	DAT_RETURN rc;
 
 	step = what;
-	rc = dat_evd_wait(evd, WAIT_US, 1, ev, &n);
+	do {
+		now = now_us();
+		rc = dat_evd_wait(evd, now < end ? (DAT_TIMEOUT)(end - now) : 0, 1, ev, &n);
+	} while (DAT_GET_TYPE(rc) == DAT_INTERRUPTED_CALL && now < end);
 	if (rc != DAT_SUCCESS)
 		fail("no event within 5 s", rc);
 }
