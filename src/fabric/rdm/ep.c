@@ -184,6 +184,36 @@ static bool rep_fits(const struct rdm_fabric *rf, const struct rdm_ep *r, size_t
 	return !r->rx_used || !l->rx_size || r->rx_used + rx <= l->rx_size - l->rx_size / 4;
 }
 
+int rdm_ep_open(struct rdm_fabric *rf, struct fid_cq *tx, struct fid_cq *rx, struct fid_ep **out,
+		uint8_t *addr, size_t *len)
+{
+	struct dfi_fabric *f = rf->f;
+	struct fid_ep *ep;
+	int rc = fi_endpoint(f->domain, f->info, &ep, NULL);
+
+	if (rc) {
+		dfi_err(DFI_SS_FABRIC, "fi_endpoint(RDM): %s", fi_strerror(-rc));
+		return rc;
+	}
+	rc = fi_ep_bind(ep, &rf->av->fid, 0);
+	if (!rc)
+		rc = fi_ep_bind(ep, &tx->fid, tx == rx ? FI_TRANSMIT | FI_RECV : FI_TRANSMIT);
+	if (!rc && tx != rx)
+		rc = fi_ep_bind(ep, &rx->fid, FI_RECV);
+	if (!rc)
+		rc = fi_enable(ep);
+	if (!rc)
+		rc = fi_getname(&ep->fid, addr, len);
+	if (rc) {
+		dfi_err(DFI_SS_FABRIC, "binding/enabling/naming an RDM endpoint: %s",
+			fi_strerror(-rc));
+		fi_close(&ep->fid);
+		return rc;
+	}
+	*out = ep;
+	return 0;
+}
+
 /* An endpoint on this CQ pair with room for tx and rx, opened if none
  * has (lock held). */
 static int rep_get(struct rdm_fabric *rf, struct dfi_cq *txcq, struct dfi_cq *rxcq, size_t tx,
@@ -219,24 +249,9 @@ static int rep_get(struct rdm_fabric *rf, struct dfi_cq *txcq, struct dfi_cq *rx
 	r = calloc(1, sizeof(*r));
 	if (!r)
 		return -ENOMEM;
-	rc = fi_endpoint(f->domain, f->info, &r->ep, NULL);
-	if (rc) {
-		dfi_err(DFI_SS_FABRIC, "fi_endpoint(RDM): %s", fi_strerror(-rc));
-		free(r);
-		return rc;
-	}
-	rc = fi_ep_bind(r->ep, &rf->av->fid, 0);
-	if (!rc)
-		rc = dfi_cq_bind(r->ep, txcq, rxcq);
-	if (!rc)
-		rc = fi_enable(r->ep);
 	r->addr_len = sizeof(r->addr);
-	if (!rc)
-		rc = fi_getname(&r->ep->fid, r->addr, &r->addr_len);
+	rc = rdm_ep_open(rf, txcq->cq, rxcq->cq, &r->ep, r->addr, &r->addr_len);
 	if (rc) {
-		dfi_err(DFI_SS_FABRIC, "binding/enabling/naming the RDM endpoint: %s",
-			fi_strerror(-rc));
-		fi_close(&r->ep->fid);
 		free(r);
 		return rc;
 	}

@@ -232,6 +232,12 @@ int dfi_rdm_post_send_ud(struct dfi_fep *ud, const struct dfi_ah *ah, const stru
 			 int n, void *ctx);
 void dfi_rdm_ah_free(struct dfi_ah *ah);
 
+/* ep.c: an FI_EP_RDM endpoint bound to the IA's AV and to tx and rx (one
+ * bind if they are one CQ), enabled, its name in addr (*len: its room in,
+ * the name's length out).  0 or libfabric's error, logged; nothing stays
+ * open.  Lock held. */
+int rdm_ep_open(struct rdm_fabric *rf, struct fid_cq *tx, struct fid_cq *rx, struct fid_ep **ep,
+		uint8_t *addr, size_t *len);
 /* ep.c: a few passes of e's provider progress, reading no completion
  * (lock held) */
 void rdm_drain(struct rdm_fep *e);

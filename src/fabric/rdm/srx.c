@@ -370,25 +370,11 @@ int dfi_rdm_srx_open(struct dfi_fabric *f, size_t size, size_t iov_limit, struct
 		dfi_err(DFI_SS_FABRIC, "an SRQ's CQ: %s", fi_strerror(-rc));
 		goto err;
 	}
-	rc = fi_endpoint(f->domain, f->info, &x->ep, NULL);
-	if (rc) {
-		dfi_err(DFI_SS_FABRIC, "an SRQ's RDM endpoint: %s", fi_strerror(-rc));
-		goto err;
-	}
 	/* it never sends: the CQ is bound both ways, as providers want one */
-	rc = fi_ep_bind(x->ep, &x->rf->av->fid, 0);
-	if (!rc)
-		rc = fi_ep_bind(x->ep, &x->cq->fid, FI_TRANSMIT | FI_RECV);
-	if (!rc)
-		rc = fi_enable(x->ep);
 	x->addr_len = sizeof(x->addr);
-	if (!rc)
-		rc = fi_getname(&x->ep->fid, x->addr, &x->addr_len);
-	if (rc) {
-		dfi_err(DFI_SS_FABRIC, "binding/enabling/naming an SRQ's RDM endpoint: %s",
-			fi_strerror(-rc));
+	rc = rdm_ep_open(x->rf, x->cq, x->cq, &x->ep, x->addr, &x->addr_len);
+	if (rc)
 		goto err;
-	}
 	dfi_dbg(DFI_SS_FABRIC, "SRQ %p: its RDM endpoint opened", (void *)x);
 	*out = &x->base;
 	return 0;
