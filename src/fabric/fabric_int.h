@@ -155,7 +155,8 @@ int dfi_fabric_getinfo(const char *prov, const struct sockaddr_in *addr, const c
 void dfi_fabric_fill_limits(const struct fi_info *i, bool atomics, struct dfi_fabric_limits *l);
 
 /* Bind ep to its transmit and receive CQs (one bind if they are the same
- * CQ), as both backends' endpoints do (cq.c).  0 or -FI_E*. */
+ * CQ), as the MSG backend's endpoints do (cq.c; rdm/'s rdm_ep_open binds
+ * its own, an SRQ's CQ having no struct dfi_cq).  0 or -FI_E*. */
 int dfi_cq_bind(struct fid_ep *ep, struct dfi_cq *txcq, struct dfi_cq *rxcq);
 
 /* post.c, shared by both backends' posts; addr is the peer's (0 on a
