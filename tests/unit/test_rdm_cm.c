@@ -673,6 +673,57 @@ static void test_goodbye(void **state)
 	dfi_rcm_unlisten(lis);
 }
 
+/* 200 ends waiting for their goodbyes, all due on one tick of the timer
+ * (nothing read for 50 ms after the goodbyes land): more than the event
+ * queue holds, and every one is reported. */
+static void test_many_ends_on_one_tick(void **state)
+{
+	struct cms *c = *state;
+	struct dfi_rcm_lis *lis;
+	static struct dfi_rcm_conn *ca[MANY], *cb[MANY];
+	struct sockaddr_in dest;
+	uint16_t port;
+
+	reset_seen();
+	dfi_rcm_serve_goodbye(c->b, bye_check, NULL);
+	assert_int_equal(dfi_rcm_listen(c->b, 0, LIS_CTX, &lis, &port), 0);
+	dest = lo(port);
+	for (int i = 0; i < MANY; i++) {
+		struct dfi_rcm_end ea = end(100u + (unsigned)i, 1, 8);
+
+		assert_int_equal(dfi_rcm_connect(c->a, &dest, port, &ea, NULL, 0, A_CTX, &ca[i]),
+				 0);
+	}
+	want_conns = MANY;
+	drive(c, &sa, &sb, 5000, b_has_req);
+	for (int i = 0, n = 0; i < sb.n; i++) {
+		struct dfi_rcm_end eb = end(1000u + (unsigned)n, 1, 8);
+
+		if (sb.ev[i].type != DFI_RCM_CONNREQ)
+			continue;
+		cb[n++] = sb.ev[i].conn;
+		assert_int_equal(dfi_rcm_accept(sb.ev[i].conn, &eb, NULL, 0, B_CTX), 0);
+		dfi_rcm_want_goodbye(sb.ev[i].conn);
+	}
+	drive(c, &sa, &sb, 5000, both_up);
+	bye_landed = false;
+	for (int i = 0; i < MANY; i++)
+		assert_int_equal(dfi_rcm_disconnect(ca[i]), 0);
+	drive(c, &sa, &sb, 300, both_down);
+	assert_int_equal(count(&sb, DFI_RCM_DISCONNECTED), 0);
+	bye_landed = true;
+	usleep(50000);
+	drive(c, &sa, &sb, 1000, both_down);
+	assert_int_equal(count(&sa, DFI_RCM_DISCONNECTED), MANY);
+	assert_int_equal(count(&sb, DFI_RCM_DISCONNECTED), MANY);
+	for (int i = 0; i < MANY; i++) {
+		dfi_rcm_conn_free(ca[i]);
+		dfi_rcm_conn_free(cb[i]);
+	}
+	dfi_rcm_serve_goodbye(c->b, NULL, NULL);
+	dfi_rcm_unlisten(lis);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -685,6 +736,7 @@ int main(void)
 		cmocka_unit_test(test_many),
 		cmocka_unit_test(test_atomics_and_ud_flag),
 		cmocka_unit_test(test_goodbye),
+		cmocka_unit_test(test_many_ends_on_one_tick),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);

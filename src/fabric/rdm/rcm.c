@@ -145,7 +145,7 @@ static struct dfi_rcm_event *ev_new(struct dfi_rcm *cm, enum dfi_rcm_ev_type t,
 	struct dfi_rcm_event *e;
 
 	if (cm->evq_n == EVQ_LEN)
-		return NULL;	/* never: each step makes at most one per socket */
+		return NULL;	/* never: every step checks has_room first */
 	if (!cm->evq_n)	/* an API call's event wakes the caller's sleep too */
 		kick(cm);
 	e = &cm->evq[(cm->evq_head + cm->evq_n++) % EVQ_LEN];
@@ -154,6 +154,12 @@ static struct dfi_rcm_event *ev_new(struct dfi_rcm *cm, enum dfi_rcm_ev_type t,
 	e->conn = c;
 	e->ctx = c->ctx;
 	return e;
+}
+
+/* Room for n more events (a step that makes more waits for the next read). */
+static bool has_room(const struct dfi_rcm *cm, unsigned n)
+{
+	return cm->evq_n + n <= EVQ_LEN;
 }
 
 /* ------------------------------------------------------------------ timers */
@@ -758,6 +764,10 @@ static void on_timer(struct dfi_rcm *cm)
 		next = c->next;
 		if (!c->deadline_ns || c->deadline_ns > now)
 			continue;
+		/* each may end with an event: those past the queue's room
+		 * are found again at once (their deadline passed) */
+		if (!has_room(cm, 1))
+			break;
 		if (c->state == C_WAIT_REQ) {
 			char a[INET_ADDRSTRLEN + 8];
 
