@@ -1041,6 +1041,7 @@ static void conn_event(struct cm_post *p, struct dfi_ep *ep, DAT_EVENT_NUMBER nu
 	} else {
 		dfi_cnt_add(&ia->cnt[DCNT_IA_CM_ERR], 1);
 	}
+	dfi_trace(DFI_SS_CM, "EP %p: connection event %#x", (void *)ep, (unsigned)num);
 	if (!ep->conn_evd)
 		return;
 	dfi_cnt_add(&ep->conn_evd->cnt[DCNT_EVD_CONN_CALLBACK], 1);

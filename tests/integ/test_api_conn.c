@@ -4510,6 +4510,136 @@ static void test_cm_connect_300_in_turn(void **state)
 	alarm(0);
 }
 
+/* ------------------------------------------------- disconnect orderings */
+
+enum { RACE_K = 24 };
+
+/* n events of evd, each `want` (an end: DISCONNECTED) naming a distinct
+ * one of eps[RACE_K], within 5 s. */
+static void expect_each_once(DAT_EVD_HANDLE evd, DAT_EVENT_NUMBER want, DAT_EP_HANDLE *eps,
+			     const char *who, int round)
+{
+	bool seen[RACE_K] = { false };
+
+	for (int n = 0; n < RACE_K; n++) {
+		DAT_EVENT ev;
+		DAT_EP_HANDLE ep;
+		char b[160];
+		DAT_RETURN rc = wait_ev(evd, 5000, &ev);
+		int i;
+
+		if (rc != DAT_SUCCESS)
+			fail_msg("round %d, %s: %d of %d %s events, then none within 5 s (%s)",
+				 round, who, n, RACE_K, ev_name(want), rc_name(rc, b, sizeof(b)));
+		ep = ev.event_data.connect_event_data.ep_handle;
+		for (i = 0; i < RACE_K && eps[i] != ep; i++)
+			;
+		if (ev.event_number != want || i == RACE_K || seen[i])
+			fail_msg("round %d, %s: event %d of %d is %s naming EP %p (%s); expected %s "
+				 "naming each of its %d EPs once", round, who, n, RACE_K,
+				 ev_name(ev.event_number), (void *)ep,
+				 i == RACE_K ? "not one of them" : seen[i] ? "named before" : "one of them",
+				 ev_name(want), RACE_K);
+		seen[i] = true;
+	}
+}
+
+/* RACE_K connections at once between the pair's IAs, made as dtestcm makes
+ * them (the server accepts every request, then reads its connection EVD),
+ * ended in turn in each of three ways: the client first, after all its
+ * ESTABLISHEDs (the server's EVD then holds all of its ESTABLISHEDs before
+ * any end: dtestcm's server takes the first RACE_K events for them, and
+ * a DISCONNECTED among them left it one naming an EP it had freed), the
+ * server first, and both at once.  Every EP sees exactly one end, naming
+ * it; the side whose peer ended first still disconnects its EP (no
+ * event) and frees it. */
+static void test_cm_disconnect_orders(void **state)
+{
+	struct pair *p = *state;
+	DAT_EP_ATTR a = ep_attr(4, 4);
+	DAT_EVD_HANDLE sconn, cconn, pair_cr = p->s.cr;
+	DAT_PSP_HANDLE psp;
+	DAT_CONN_QUAL port;
+	enum { ROUNDS = 12, CLIENT_FIRST = 0, SERVER_FIRST, BOTH };
+
+	watchdog(__func__, 240);
+	/* EVDs for every request and event of a round: the pair's hold 16 */
+	assert_ok(dat_evd_create(p->s.ia, 4 * RACE_K, DAT_HANDLE_NULL, DAT_EVD_CONNECTION_FLAG,
+				 &sconn));
+	assert_ok(dat_evd_create(p->c.ia, 4 * RACE_K, DAT_HANDLE_NULL, DAT_EVD_CONNECTION_FLAG,
+				 &cconn));
+	assert_ok(dat_evd_create(p->s.ia, 2 * RACE_K, DAT_HANDLE_NULL, DAT_EVD_CR_FLAG, &p->s.cr));
+	assert_ok(psp_any(&p->s, &psp, &port));
+	for (int round = 0; round < ROUNDS; round++) {
+		DAT_EP_HANDLE sep[RACE_K], cep[RACE_K];
+		int how = round % 3;
+
+		for (int i = 0; i < RACE_K; i++) {
+			assert_ok(dat_ep_create(p->s.ia, p->s.pz, p->s.rcv, p->s.req, sconn, &a,
+						&sep[i]));
+			assert_ok(dat_ep_create(p->c.ia, p->c.pz, p->c.rcv, p->c.req, cconn, &a,
+						&cep[i]));
+		}
+		for (int i = 0; i < RACE_K; i++)
+			assert_ok(connect_to(cep[i], port, NULL, 0));
+		for (int i = 0; i < RACE_K; i++)
+			assert_ok(dat_cr_accept(wait_cr(&p->s, psp, port), sep[i], 0, NULL));
+		expect_each_once(cconn, DAT_CONNECTION_EVENT_ESTABLISHED, cep, "client", round);
+		if (how != CLIENT_FIRST)
+			expect_each_once(sconn, DAT_CONNECTION_EVENT_ESTABLISHED, sep, "server",
+					 round);
+		switch (how) {
+		case CLIENT_FIRST:
+			for (int i = 0; i < RACE_K; i++)
+				assert_ok(dat_ep_disconnect(cep[i], DAT_CLOSE_GRACEFUL_FLAG));
+			expect_each_once(sconn, DAT_CONNECTION_EVENT_ESTABLISHED, sep, "server",
+					 round);
+			expect_each_once(sconn, DAT_CONNECTION_EVENT_DISCONNECTED, sep, "server",
+					 round);
+			expect_each_once(cconn, DAT_CONNECTION_EVENT_DISCONNECTED, cep, "client",
+					 round);
+			for (int i = 0; i < RACE_K; i++)
+				assert_ok(dat_ep_disconnect(sep[i], DAT_CLOSE_GRACEFUL_FLAG));
+			break;
+		case SERVER_FIRST:
+			for (int i = 0; i < RACE_K; i++)
+				assert_ok(dat_ep_disconnect(sep[i], DAT_CLOSE_GRACEFUL_FLAG));
+			expect_each_once(cconn, DAT_CONNECTION_EVENT_DISCONNECTED, cep, "client",
+					 round);
+			expect_each_once(sconn, DAT_CONNECTION_EVENT_DISCONNECTED, sep, "server",
+					 round);
+			for (int i = 0; i < RACE_K; i++)
+				assert_ok(dat_ep_disconnect(cep[i], DAT_CLOSE_GRACEFUL_FLAG));
+			break;
+		case BOTH:
+			for (int i = 0; i < RACE_K; i++) {
+				DAT_EP_HANDLE first = i & 1 ? sep[i] : cep[i];
+				DAT_EP_HANDLE second = i & 1 ? cep[i] : sep[i];
+
+				assert_ok(dat_ep_disconnect(first, DAT_CLOSE_GRACEFUL_FLAG));
+				assert_ok(dat_ep_disconnect(second, DAT_CLOSE_GRACEFUL_FLAG));
+			}
+			expect_each_once(sconn, DAT_CONNECTION_EVENT_DISCONNECTED, sep, "server",
+					 round);
+			expect_each_once(cconn, DAT_CONNECTION_EVENT_DISCONNECTED, cep, "client",
+					 round);
+			break;
+		}
+		expect_empty(sconn, 20, "server's connection EVD after every end");
+		expect_empty(cconn, 20, "client's connection EVD after every end");
+		for (int i = 0; i < RACE_K; i++) {
+			assert_ok(dat_ep_free(sep[i]));
+			assert_ok(dat_ep_free(cep[i]));
+		}
+	}
+	assert_ok(dat_psp_free(psp));
+	assert_ok(dat_evd_free(p->s.cr));
+	p->s.cr = pair_cr;
+	assert_ok(dat_evd_free(sconn));
+	assert_ok(dat_evd_free(cconn));
+	alarm(0);
+}
+
 /* 40 connections on the pair's EVDs, every server EP with its whole
  * receive queue posted (2560 receives in all, more than an RDM provider's
  * endpoint holds: shm 1024), then a message on each, in turn: every one
@@ -5418,6 +5548,7 @@ int main(int argc, char **argv)
 		TP(test_cm_preopen_modify_then_connect),
 		/* DAT 2.0 connection calls */
 		TP(test_cm_connect_300_in_turn),
+		TP(test_cm_disconnect_orders),
 		TP(test_send_with_invalidate),
 		TP(test_many_eps_receive_queues_full),
 		TP(test_psp_provider_flag),

@@ -673,6 +673,152 @@ static void test_goodbye(void **state)
 	dfi_rcm_unlisten(lis);
 }
 
+/* ------------------------------------------------- order across connections */
+
+/* Every event `on` has now, without confirming an ESTABLISHED (no RTU):
+ * the caller orders each step. */
+static void pump(struct dfi_rcm *on, struct seen *s, unsigned ms)
+{
+	uint64_t end_ms = ms_now() + ms;
+
+	while (ms_now() < end_ms && s->n < 1024) {
+		struct pollfd p = { dfi_rcm_fd(on), POLLIN, 0 };
+
+		if (dfi_rcm_read(on, &s->ev[s->n]) == 1)
+			s->n++;
+		else
+			poll(&p, 1, 1);
+	}
+}
+
+static int index_of(const struct seen *s, enum dfi_rcm_ev_type t, const void *ctx)
+{
+	for (int i = 0; i < s->n; i++)
+		if (s->ev[i].type == t && s->ev[i].ctx == ctx)
+			return i;
+	return -1;
+}
+
+#define X_CTX ((void *)0x1001)
+#define Y_CTX ((void *)0x1002)
+
+/* Two connections x and y between A and B, requested and accepted, their
+ * REPs not read by A yet. */
+static void two_accepted(struct cms *c, uint16_t port, struct dfi_rcm_conn *ca[2],
+			 struct dfi_rcm_conn *cb[2], void *bctx[2])
+{
+	struct sockaddr_in dest = lo(port);
+
+	for (int i = 0; i < 2; i++) {
+		struct dfi_rcm_end ea = end(40u + (unsigned)i, 1, 8);
+
+		assert_int_equal(dfi_rcm_connect(c->a, &dest, port, &ea, NULL, 0,
+						 i ? Y_CTX : X_CTX, &ca[i]), 0);
+		want_conns = i + 1;
+		drive(c, &sa, &sb, 2000, b_has_req);
+		cb[i] = sb.ev[sb.n - 1].conn;
+		assert_int_equal(sb.ev[sb.n - 1].type, DFI_RCM_CONNREQ);
+	}
+	for (int i = 0; i < 2; i++) {
+		struct dfi_rcm_end eb = end(50u + (unsigned)i, 1, 8);
+
+		assert_int_equal(dfi_rcm_accept(cb[i], &eb, NULL, 0, bctx[i]), 0);
+	}
+}
+
+/* A confirms x and y (RTUs) and disconnects x (DREQ) before B reads any
+ * of it: B finds x's socket ready first and reads its RTU and DREQ
+ * together, yet reports x's end after y's ESTABLISHED, which A's RTU sent
+ * before its DREQ (dtestcm's server takes the first c events of its
+ * connection EVD for the ESTABLISHEDs). */
+static void test_end_waits_for_earlier_rtu(void **state)
+{
+	struct cms *c = *state;
+	struct dfi_rcm_lis *lis;
+	struct dfi_rcm_conn *ca[2], *cb[2];
+	void *bctx[2] = { X_CTX, Y_CTX };
+	uint16_t port;
+	int est_y, disc_x;
+
+	reset_seen();
+	assert_int_equal(dfi_rcm_listen(c->b, 0, LIS_CTX, &lis, &port), 0);
+	two_accepted(c, port, ca, cb, bctx);
+	pump(c->a, &sa, 200);
+	assert_int_equal(count(&sa, DFI_RCM_ESTABLISHED), 2);
+	assert_int_equal(dfi_rcm_confirm(ca[0]), 0);
+	assert_int_equal(dfi_rcm_confirm(ca[1]), 0);
+	assert_int_equal(dfi_rcm_disconnect(ca[0]), 0);
+	pump(c->b, &sb, 300);
+	est_y = index_of(&sb, DFI_RCM_ESTABLISHED, Y_CTX);
+	disc_x = index_of(&sb, DFI_RCM_DISCONNECTED, X_CTX);
+	assert_true(index_of(&sb, DFI_RCM_ESTABLISHED, X_CTX) >= 0);
+	assert_true(est_y >= 0 && disc_x >= 0);
+	if (disc_x < est_y)
+		fail_msg("B reported x's end (event %d) before y's ESTABLISHED (event %d)",
+			 disc_x, est_y);
+	for (int i = 0; i < 2; i++) {
+		dfi_rcm_conn_free(ca[i]);
+		dfi_rcm_conn_free(cb[i]);
+	}
+	dfi_rcm_unlisten(lis);
+}
+
+/* The other way: B accepts y (REP) and then answers A's DREQ on x (DREP),
+ * and A finds x's socket ready first (an atomic of B's on x, unread): A
+ * reports x's end after y's ESTABLISHED. */
+static void test_end_waits_for_earlier_rep(void **state)
+{
+	struct cms *c = *state;
+	struct dfi_rcm_lis *lis;
+	struct dfi_rcm_conn *ca[2], *cb[2];
+	struct sockaddr_in dest;
+	struct dfi_rcm_end ea, eb;
+	uint16_t port;
+	int est_y, disc_x;
+
+	reset_seen();
+	assert_int_equal(dfi_rcm_listen(c->b, 0, LIS_CTX, &lis, &port), 0);
+	dest = lo(port);
+	/* x up both ways */
+	ea = end(60, 1, 8);
+	assert_int_equal(dfi_rcm_connect(c->a, &dest, port, &ea, NULL, 0, X_CTX, &ca[0]), 0);
+	drive(c, &sa, &sb, 2000, b_has_req);
+	cb[0] = first(&sb, DFI_RCM_CONNREQ)->conn;
+	eb = end(70, 1, 8);
+	assert_int_equal(dfi_rcm_accept(cb[0], &eb, NULL, 0, X_CTX), 0);
+	drive(c, &sa, &sb, 2000, both_up);
+	/* y requested, B holds its request */
+	ea = end(61, 1, 8);
+	assert_int_equal(dfi_rcm_connect(c->a, &dest, port, &ea, NULL, 0, Y_CTX, &ca[1]), 0);
+	want_conns = 2;
+	drive(c, &sa, &sb, 2000, b_has_req);
+	cb[1] = sb.ev[sb.n - 1].conn;
+	/* x's socket ready at A first, then y's REP, then A's DREQ on x is
+	 * answered after it */
+	assert_int_equal(dfi_rcm_atomic(cb[0], DFI_RDM_ATOMIC_FADD, 1, 0x1000, 1, 1, 0), 0);
+	eb = end(71, 1, 8);
+	assert_int_equal(dfi_rcm_accept(cb[1], &eb, NULL, 0, Y_CTX), 0);
+	assert_int_equal(dfi_rcm_disconnect(ca[0]), 0);
+	/* B takes the DREQ and answers; A has read nothing since */
+	for (uint64_t end_ms = ms_now() + 2000; index_of(&sb, DFI_RCM_DISCONNECTED, X_CTX) < 0;) {
+		assert_true(ms_now() < end_ms);
+		pump(c->b, &sb, 10);
+	}
+	memset(&sa, 0, sizeof(sa));
+	pump(c->a, &sa, 300);
+	est_y = index_of(&sa, DFI_RCM_ESTABLISHED, Y_CTX);
+	disc_x = index_of(&sa, DFI_RCM_DISCONNECTED, X_CTX);
+	assert_true(est_y >= 0 && disc_x >= 0);
+	if (disc_x < est_y)
+		fail_msg("A reported x's end (event %d) before y's ESTABLISHED (event %d)",
+			 disc_x, est_y);
+	for (int i = 0; i < 2; i++) {
+		dfi_rcm_conn_free(ca[i]);
+		dfi_rcm_conn_free(cb[i]);
+	}
+	dfi_rcm_unlisten(lis);
+}
+
 /* 200 ends waiting for their goodbyes, all due on one tick of the timer
  * (nothing read for 50 ms after the goodbyes land): more than the event
  * queue holds, and every one is reported. */
@@ -736,6 +882,8 @@ int main(void)
 		cmocka_unit_test(test_many),
 		cmocka_unit_test(test_atomics_and_ud_flag),
 		cmocka_unit_test(test_goodbye),
+		cmocka_unit_test(test_end_waits_for_earlier_rtu),
+		cmocka_unit_test(test_end_waits_for_earlier_rep),
 		cmocka_unit_test(test_many_ends_on_one_tick),
 	};
 

@@ -83,6 +83,8 @@ static struct dfi_rdm_msg sample(enum dfi_rdm_type t)
 		m.dst_gen = 2;
 		m.src_id = 3;
 		m.src_gen = 4;
+		if (t == DFI_RDM_DREQ || t == DFI_RDM_DREP)
+			m.est = 0x89abcdef;	/* all 32 bits travel */
 	}
 	return m;
 }

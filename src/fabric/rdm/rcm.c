@@ -5,7 +5,10 @@
  * kernel's keepalives (keepalive.c), all in one epoll set whose fd the
  * caller sleeps on.  A peer's bytes go through dfi_rdm_decode before
  * anything reads them; a message that breaks the protocol ends its
- * connection with a log line that says how.
+ * connection with a log line that says how.  Sockets are read in the
+ * order the kernel finds them ready, not the order a peer wrote them: a
+ * connection's end waits for the peer's REPs and RTUs sent before it
+ * (docs/rdm.md, "Order across connections").
  */
 #include "rcm.h"
 #include "fabric/keepalive.h"
@@ -43,9 +46,20 @@ enum conn_state {
 	C_WAIT_RTU,		/* accepting side: REP sent */
 	C_ESTABLISHED,
 	C_DISC_SENT,		/* DREQ sent */
-	C_BYE_WAIT,		/* DREQ or DREP came: the peer's goodbye is awaited */
+	C_BYE_WAIT,		/* DREQ or DREP came: its DISCONNECTED waits (end_ready) */
 	C_ENDED,		/* its last event given; the socket is closed */
 };
+
+/* A peer IA, by its instance: the REPs and RTUs (the messages that make an
+ * ESTABLISHED) sent to it and taken from it.  Kept until the manager
+ * closes, so that both counts only grow: 32 bytes a peer IA. */
+struct rcm_peer {
+	uint64_t ia;
+	uint32_t est_sent, est_got;
+	struct rcm_peer *next;
+};
+
+#define PEER_BUCKETS 256
 
 struct dfi_rcm_conn {
 	struct sock s;
@@ -56,9 +70,15 @@ struct dfi_rcm_conn {
 	void *ctx;
 	bool dead;			/* DELIVERED: the requester's socket ended */
 	/* dfi_rcm_want_goodbye: a DREQ's DISCONNECTED waits for the peer's
-	 * goodbye, looked for until bye_until_ns, bye_poll_ns apart */
+	 * goodbye */
 	bool bye_wanted;
+	/* BYE_WAIT: whether it waits for the goodbye (a DREQ's) beside the
+	 * peer's est_need REPs and RTUs; looked for until bye_until_ns,
+	 * bye_poll_ns apart */
+	bool end_bye;
+	uint32_t est_need;
 	uint64_t bye_until_ns, bye_poll_ns;
+	struct rcm_peer *pp;		/* its peer IA, once known (REQ, REP) */
 	uint64_t deadline_ns;		/* WAIT_REQ, WAIT_RTU, BYE_WAIT: 0 none */
 	struct dfi_rcm_end self, peer;
 	struct sockaddr_in from;
@@ -91,6 +111,8 @@ struct dfi_rcm {
 	uint64_t instance;
 	struct dfi_rcm_conn conns;	/* list head: every connection */
 	int n_held;			/* connections with rx_held */
+	int n_bye_wait;			/* connections in C_BYE_WAIT */
+	struct rcm_peer *peers[PEER_BUCKETS];
 	/* the emulated atomics this IA serves (dfi_rcm_serve_atomics) */
 	dfi_rcm_atomic_fn atomic_fn;
 	void *atomic_arg;
@@ -228,10 +250,17 @@ static void conn_close_sock(struct dfi_rcm_conn *c)
 	c->deadline_ns = 0;
 }
 
+static void leave_bye_wait(struct dfi_rcm_conn *c)
+{
+	if (c->state == C_BYE_WAIT)
+		c->cm->n_bye_wait--;
+}
+
 static void conn_destroy(struct dfi_rcm_conn *c)
 {
 	struct dfi_rcm *cm = c->cm;
 
+	leave_bye_wait(c);
 	conn_close_sock(c);
 	c->prev->next = c->next;
 	c->next->prev = c->prev;
@@ -250,6 +279,7 @@ static void conn_end(struct dfi_rcm_conn *c, enum dfi_rcm_ev_type t, int err)
 {
 	struct dfi_rcm_event *e;
 
+	leave_bye_wait(c);
 	conn_close_sock(c);
 	c->state = C_ENDED;
 	e = ev_new(c->cm, t, c);
@@ -257,29 +287,88 @@ static void conn_end(struct dfi_rcm_conn *c, enum dfi_rcm_ev_type t, int err)
 		e->err = err;
 }
 
-/* The peer's DREQ came: DISCONNECTED, once its goodbye came over the
- * fabric (behind its data) or DFI_RCM_BYE_MS passed, where the caller
- * wants that; looked for at once, then from 100 us apart, doubling to
- * 20 ms.  The socket has no more to say. */
-#define BYE_POLL_FIRST_NS	100000u
-#define BYE_POLL_MAX_NS		20000000u
+/* ------------------------------------------------- order across connections */
 
+/* The peer IA of instance ia (made at its first REQ or REP): NULL without
+ * memory, and then its connections' ends wait for nothing. */
+static struct rcm_peer *peer_get(struct dfi_rcm *cm, uint64_t ia)
+{
+	struct rcm_peer **b = &cm->peers[ia % PEER_BUCKETS], *p;
+
+	for (p = *b; p; p = p->next)
+		if (p->ia == ia)
+			return p;
+	if ((p = calloc(1, sizeof(*p)))) {
+		p->ia = ia;
+		p->next = *b;
+		*b = p;
+	}
+	return p;
+}
+
+/* Whether d may still take a REP or an RTU from c's peer: the one it
+ * awaits, on a socket still open.  A connecting side knows the peer's
+ * instance only from its REP, so its address stands for it. */
+static bool awaits_est(const struct dfi_rcm_conn *d, const struct dfi_rcm_conn *c)
+{
+	if (d == c || d->s.fd < 0)
+		return false;
+	switch (d->state) {
+	case C_WAIT_RTU:
+		return d->pp == c->pp;
+	case C_CONNECTING:
+	case C_WAIT_REP:
+		return d->from.sin_addr.s_addr == c->from.sin_addr.s_addr;
+	default:
+		return false;
+	}
+}
+
+/* Whether the peer's REPs and RTUs sent before its DREQ or DREP on c have
+ * all been taken, or those missing can no longer come. */
+static bool order_ok(const struct dfi_rcm_conn *c)
+{
+	if (!c->pp || (int32_t)(c->pp->est_got - c->est_need) >= 0)
+		return true;
+	for (const struct dfi_rcm_conn *d = c->cm->conns.next; d != &c->cm->conns; d = d->next)
+		if (awaits_est(d, c))
+			return false;
+	return true;
+}
+
+/* The goodbye (a DREQ's): whether it came over the fabric, behind the
+ * peer's data. */
 static bool bye_came(struct dfi_rcm_conn *c)
 {
 	return !c->bye_wanted || !c->cm->bye_fn || c->cm->bye_fn(c->cm->bye_arg, c->ctx);
 }
 
-static void bye_wait(struct dfi_rcm_conn *c)
+static bool end_ready(struct dfi_rcm_conn *c)
+{
+	return (!c->end_bye || bye_came(c)) && order_ok(c);
+}
+
+/* The peer's DREQ (bye) or DREP came, with its count of REPs and RTUs
+ * (need): DISCONNECTED once end_ready or DFI_RCM_BYE_MS passed, looked for
+ * at once, then from 100 us apart, doubling to 20 ms, and whenever one of
+ * the peer's REPs or RTUs is taken.  The socket has no more to say. */
+#define BYE_POLL_FIRST_NS	100000u
+#define BYE_POLL_MAX_NS		20000000u
+
+static void end_wait(struct dfi_rcm_conn *c, bool bye, uint32_t need)
 {
 	uint64_t now;
 
-	if (bye_came(c)) {
+	c->end_bye = bye;
+	c->est_need = need;
+	if (end_ready(c)) {
 		conn_end(c, DFI_RCM_DISCONNECTED, 0);
 		return;
 	}
 	conn_close_sock(c);
 	now = now_ns();
 	c->state = C_BYE_WAIT;
+	c->cm->n_bye_wait++;
 	c->bye_until_ns = now + (uint64_t)DFI_RCM_BYE_MS * 1000000u;
 	c->bye_poll_ns = BYE_POLL_FIRST_NS;
 	c->deadline_ns = now + c->bye_poll_ns;
@@ -289,16 +378,35 @@ static void bye_wait(struct dfi_rcm_conn *c)
 /* on_timer: another look. */
 static void bye_poll(struct dfi_rcm_conn *c, uint64_t now)
 {
-	if (bye_came(c)) {
+	if (end_ready(c)) {
 		conn_end(c, DFI_RCM_DISCONNECTED, 0);
 	} else if (now >= c->bye_until_ns) {
-		dfi_dbg(DFI_SS_CM, "RDM connection manager: no goodbye from connection %u:%u "
-			"in %u ms", c->peer.id, c->peer.gen, DFI_RCM_BYE_MS);
+		dfi_dbg(DFI_SS_CM, "RDM connection manager: connection %u:%u ends without %s "
+			"after %u ms", c->peer.id, c->peer.gen,
+			order_ok(c) ? "the peer's goodbye" : "the peer's earlier REPs and RTUs",
+			DFI_RCM_BYE_MS);
 		conn_end(c, DFI_RCM_DISCONNECTED, 0);
 	} else {
 		if (c->bye_poll_ns < BYE_POLL_MAX_NS)
 			c->bye_poll_ns *= 2;
 		c->deadline_ns = now + c->bye_poll_ns;
+	}
+}
+
+/* One of p's REPs or RTUs was taken (its ESTABLISHED queued): the ends
+ * of p's connections that waited for it follow it, as far as the event
+ * queue has room (the timer finds the others). */
+static void est_taken(struct dfi_rcm *cm, struct rcm_peer *p)
+{
+	if (!p)
+		return;
+	p->est_got++;
+	for (struct dfi_rcm_conn *c = cm->conns.next; cm->n_bye_wait && c != &cm->conns;
+	     c = c->next) {
+		if (!has_room(cm, 2))
+			return;
+		if (c->state == C_BYE_WAIT && c->pp == p && end_ready(c))
+			conn_end(c, DFI_RCM_DISCONNECTED, 0);
 	}
 }
 
@@ -368,10 +476,12 @@ static void take_end(struct dfi_rcm_end *e, const struct dfi_rdm_msg *m)
 	e->bye_key = m->bye_key;
 }
 
-/* RTU, DREQ, DREP: the two ends' ids and nothing else. */
+/* RTU, DREQ, DREP: the two ends' ids, and a DREQ's or DREP's count of
+ * the REPs and RTUs sent to the peer's IA before it. */
 static int send_ids(struct dfi_rcm_conn *c, enum dfi_rdm_type type)
 {
 	struct dfi_rdm_msg m;
+	int rc;
 
 	memset(&m, 0, sizeof(m));
 	m.type = type;
@@ -379,7 +489,12 @@ static int send_ids(struct dfi_rcm_conn *c, enum dfi_rdm_type type)
 	m.dst_gen = c->peer.gen;
 	m.src_id = c->self.id;
 	m.src_gen = c->self.gen;
-	return send_msg(c, &m);
+	if (type != DFI_RDM_RTU && c->pp)
+		m.est = c->pp->est_sent;
+	rc = send_msg(c, &m);
+	if (!rc && type == DFI_RDM_RTU && c->pp)
+		c->pp->est_sent++;
+	return rc;
 }
 
 static bool for_me(const struct dfi_rcm_conn *c, const struct dfi_rdm_msg *m)
@@ -436,6 +551,7 @@ static bool on_msg(struct dfi_rcm_conn *c, const struct dfi_rdm_msg *m)
 			break;
 		c->req = *m;
 		take_end(&c->peer, m);
+		c->pp = peer_get(c->cm, m->ia);
 		c->state = C_DELIVERED;
 		set_deadline(c, false);
 		e = ev_new(c->cm, DFI_RCM_CONNREQ, c);
@@ -464,6 +580,7 @@ static bool on_msg(struct dfi_rcm_conn *c, const struct dfi_rdm_msg *m)
 		if (m->type != DFI_RDM_REP || !for_me(c, m))
 			break;
 		take_end(&c->peer, m);
+		c->pp = peer_get(c->cm, m->ia);
 		c->state = C_REP_TAKEN;		/* RTU at dfi_rcm_confirm */
 		e = ev_new(c->cm, DFI_RCM_ESTABLISHED, c);
 		if (e) {
@@ -472,6 +589,7 @@ static bool on_msg(struct dfi_rcm_conn *c, const struct dfi_rdm_msg *m)
 			e->plen = m->plen;
 			memcpy(e->pdata, m->pdata, m->plen);
 		}
+		est_taken(c->cm, c->pp);
 		return true;
 	case C_WAIT_RTU:
 		if (m->type != DFI_RDM_RTU || !for_me(c, m) || m->src_id != c->peer.id ||
@@ -480,6 +598,7 @@ static bool on_msg(struct dfi_rcm_conn *c, const struct dfi_rdm_msg *m)
 		c->state = C_ESTABLISHED;
 		set_deadline(c, false);
 		ev_new(c->cm, DFI_RCM_ESTABLISHED, c);
+		est_taken(c->cm, c->pp);
 		return true;
 	case C_ESTABLISHED:
 	case C_DISC_SENT:
@@ -487,11 +606,11 @@ static bool on_msg(struct dfi_rcm_conn *c, const struct dfi_rdm_msg *m)
 			break;
 		if (m->type == DFI_RDM_DREQ) {
 			(void)send_ids(c, DFI_RDM_DREP);	/* the peer ends either way */
-			bye_wait(c);
+			end_wait(c, true, m->est);
 			return false;
 		}
 		if (m->type == DFI_RDM_DREP && c->state == C_DISC_SENT) {
-			conn_end(c, DFI_RCM_DISCONNECTED, 0);
+			end_wait(c, false, m->est);
 			return false;
 		}
 		if (m->type == DFI_RDM_ATOMIC)
@@ -738,6 +857,13 @@ void dfi_rcm_close(struct dfi_rcm *cm)
 		return;
 	while (cm->conns.next != &cm->conns)
 		conn_destroy(cm->conns.next);
+	for (int i = 0; i < PEER_BUCKETS; i++)
+		while (cm->peers[i]) {
+			struct rcm_peer *p = cm->peers[i];
+
+			cm->peers[i] = p->next;
+			free(p);
+		}
 	close(cm->timer.fd);
 	close(cm->kick.fd);
 	close(cm->epfd);
@@ -993,6 +1119,8 @@ int dfi_rcm_accept(struct dfi_rcm_conn *c, const struct dfi_rcm_end *self, const
 	set_deadline(c, true);
 	if (send_msg(c, &m))
 		conn_end(c, DFI_RCM_BROKEN, ECONNRESET);
+	else if (c->pp)
+		c->pp->est_sent++;
 	return 0;
 }
 

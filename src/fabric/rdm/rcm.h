@@ -40,7 +40,9 @@ enum dfi_rcm_ev_type {
 				 * accepting side on RTU */
 	DFI_RCM_REJECTED,	/* connecting side: the peer refused (reason) */
 	DFI_RCM_DISCONNECTED,	/* DREQ (and, where wanted, the peer's goodbye) or
-				 * DREP came, or the peer's socket closed */
+				 * DREP came, after every ESTABLISHED the peer's
+				 * IA caused before it (docs/rdm.md), or the
+				 * peer's socket closed */
 	DFI_RCM_BROKEN,		/* err: the kernel gave up (ETIMEDOUT), the connect
 				 * failed (ECONNREFUSED: nobody listens), or the peer
 				 * broke the protocol (EPROTO) */

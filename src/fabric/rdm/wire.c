@@ -12,7 +12,7 @@
  * private data, REJ by private data. */
 static const uint32_t fixed_len[DFI_RDM_TYPE_END] = {
 	[DFI_RDM_REQ] = 44, [DFI_RDM_REP] = 40, [DFI_RDM_REJ] = 12, [DFI_RDM_RTU] = 16,
-	[DFI_RDM_DREQ] = 16, [DFI_RDM_DREP] = 16, [DFI_RDM_KEY] = 16, [DFI_RDM_KEYREP] = 24,
+	[DFI_RDM_DREQ] = 20, [DFI_RDM_DREP] = 20, [DFI_RDM_KEY] = 16, [DFI_RDM_KEYREP] = 24,
 	[DFI_RDM_ATOMIC] = 48, [DFI_RDM_ATOMICREP] = 32,
 };
 
@@ -112,6 +112,8 @@ ssize_t dfi_rdm_encode(const struct dfi_rdm_msg *m, void *buf, size_t cap)
 		put16(b + 4, m->dst_gen);
 		put32(b + 8, m->src_id);
 		put16(b + 12, m->src_gen);
+		if (m->type != DFI_RDM_RTU)
+			put32(b + 16, m->est);
 		break;
 	case DFI_RDM_KEY:
 		put32(b, m->dst_id);
@@ -237,6 +239,8 @@ ssize_t dfi_rdm_decode(const void *buf, size_t len, struct dfi_rdm_msg *m, const
 		m->dst_gen = get16(b + 4);
 		m->src_id = get32(b + 8);
 		m->src_gen = get16(b + 12);
+		if (type != DFI_RDM_RTU)
+			m->est = get32(b + 16);
 		if (get16(b + 6) || get16(b + 14))
 			BAD("reserved bytes set");
 		break;

@@ -14,7 +14,9 @@
 #include <sys/types.h>
 
 #define DFI_RDM_MAGIC		0x52494644u	/* "DFIR" in the stream's byte order */
-#define DFI_RDM_VERSION		2	/* 2: REQ and REP carry the goodbye word */
+/* 2: REQ and REP carry the goodbye word; 3: DREQ and DREP their sender's
+ * count of REPs and RTUs (docs/rdm.md, "Order across connections") */
+#define DFI_RDM_VERSION		3
 #define DFI_RDM_HDR_LEN		16
 #define DFI_RDM_ADDR_MAX	64	/* a fabric address (efa's is 32 bytes) */
 #define DFI_RDM_PDATA_MAX	256	/* DAT private data, as the MSG backend's */
@@ -62,6 +64,9 @@ struct dfi_rdm_msg {
 	 * its data before its DREQ (docs/rdm.md, "The goodbye") */
 	uint64_t bye_addr;
 	uint32_t bye_key;
+	/* DREQ, DREP: the REPs and RTUs the sender had sent to the
+	 * receiver's IA when it sent this one (docs/rdm.md) */
+	uint32_t est;
 	uint8_t reason;			/* REJ */
 	uint32_t rmr;			/* KEY, KEYREP, ATOMIC: the RMR context */
 	uint32_t status;		/* KEYREP, ATOMICREP: 0, or a positive errno */
