@@ -171,6 +171,9 @@ struct dfi_dto {
 	DAT_DTOS op;
 	bool suppress;			/* no event, the slot is freed */
 	bool ud;			/* a UD EP's (ud.c) */
+	/* taken and its completion not read yet: a completion of a
+	 * descriptor not live is a provider's second one (dto.c) */
+	_Atomic bool live;
 	int next;			/* free list */
 	unsigned seq;			/* its place among its pool's posts (ordered pools) */
 };

@@ -82,6 +82,7 @@ static inline __attribute__((always_inline)) int dto_get(struct dfi_dto_pool *p)
 	if (i < 0)
 		return -1;	/* cannot happen (see above); refuse rather than crash */
 	p->free_head = p->d[i].next;
+	atomic_store_explicit(&p->d[i].live, true, memory_order_relaxed);
 	atomic_store_explicit(&p->taken, taken + 1, memory_order_relaxed);
 	return i;
 }
@@ -89,6 +90,7 @@ static inline __attribute__((always_inline)) int dto_get(struct dfi_dto_pool *p)
 /* post_lock held: a descriptor taken and not posted after all. */
 static void dto_put(struct dfi_dto_pool *p, int i)
 {
+	atomic_store_explicit(&p->d[i].live, false, memory_order_relaxed);
 	p->d[i].next = p->free_head;
 	p->free_head = i;
 	atomic_store_explicit(&p->taken,
@@ -107,6 +109,9 @@ DFI_HOT static void dto_complete(struct dfi_dto_pool *p, const int *idx, int n, 
 
 	if (!p || !n)
 		return;
+	/* before the push: once pushed, a post may take a slot again */
+	for (int k = 0; k < n; k++)
+		atomic_store_explicit(&p->d[idx[k]].live, false, memory_order_relaxed);
 	for (int k = 0; k + 1 < n; k++)
 		p->d[idx[k]].next = idx[k + 1];
 	head = atomic_load_explicit(&p->returned, memory_order_relaxed);
@@ -302,6 +307,30 @@ DFI_HOT static bool dto_reported(const struct dfi_dto *d, const struct dfi_comp 
 	return !d->suppress || c->err;
 }
 
+/* A completion read from a CQ whose descriptor is not in flight: the
+ * provider completed it before (twice the same context), or completes a
+ * post it was never given.  Reporting it would name a cookie that is not
+ * the consumer's any more and give its slot back twice (two posts on one
+ * descriptor later): it is dropped, and said.  A live one is not live from
+ * here on, so a second copy in the same batch is caught too.  Only the
+ * CQ readers of the descriptor's EVD (under its lock) and the poster
+ * that takes the slot back touch the flag; relaxed, ordered by the free
+ * list's release and acquire. */
+static bool dto_take_live(struct dfi_dto *d, const struct dfi_comp *c)
+{
+	if (__builtin_expect(atomic_load_explicit(&d->live, memory_order_relaxed), 1)) {
+		atomic_store_explicit(&d->live, false, memory_order_relaxed);
+		return true;
+	}
+	static atomic_bool said;	/* a warning once, then debug lines */
+
+	dfi_log(atomic_exchange_explicit(&said, true, memory_order_relaxed) ? DFI_LOG_DEBUG :
+		DFI_LOG_WARN, DFI_SS_EP, "a completion (status %d, %zu bytes) of DTO descriptor "
+		"%d of pool %p, which is not in flight: the provider completed it twice; dropped",
+		c->err, c->len, (int)(d - d->pool->d), (void *)d->pool);
+	return false;
+}
+
 /* A completion of a freed EP's pool (dfi_ep_dto_orphan): its EP is gone,
  * maybe another EP in its memory, so nothing of it is looked at but the
  * pool, which stays until the completion is read (dfi_dto_pool_release).
@@ -477,7 +506,7 @@ DFI_HOT static int cq_read(void *ctx, DAT_EVENT *ev, int max)
 			struct dfi_dto *d = c[i].ctx;
 			bool report, orphan;
 
-			if (!d)
+			if (!d || !dto_take_live(d, &c[i]))
 				continue;
 			/* a reported one's slot stays taken until the
 			 * consumer reaps the event (cq_consumed); one of a
@@ -543,7 +572,7 @@ DFI_HOT static int cq_read_one(void *ctx, DAT_EVENT *ev)
 		if (n <= 0)
 			return n;
 		d = c->ctx;
-		if (!d)
+		if (!d || !dto_take_live(d, c))
 			continue;
 		orphan = dto_orphan(d);
 		if (!orphan && !order_turn(d, c)) {

@@ -141,7 +141,10 @@ for s in a b; do
 	r=$rca; [ "$s" = b ] && r=$rcb
 	[ "$r" = 0 ] || p+="$s: exit status $r"$'\n'
 	grep -q '^violations 0$' "$work/$s.log" || p+="$s: $(grep '^violations' "$work/$s.log" || echo 'no summary')"$'\n'
-	p+=$(grep -m 10 -E '^violation |^end [0-9]+ error|Sanitizer|runtime error:' "$work/$s.log" | sed "s/^/$s: /")
+	# (and a completion dapl-ofi dropped as a provider's second one:
+	# the soak never sees it, but it would have been a duplicate)
+	p+=$(grep -m 10 -E '^violation |^end [0-9]+ error|Sanitizer|runtime error:|completed it twice' \
+		"$work/$s.log" | sed "s/^/$s: /")
 	[ -n "$p" ] && p+=$'\n'
 done
 [ -n "$p" ] && for s in a b; do p+=$(tail -n 15 "$work/$s.log" | sed "s/^/$s| /")$'\n'; done
