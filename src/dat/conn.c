@@ -834,6 +834,7 @@ DAT_RETURN dfi_ep_disconnect(DAT_EP_HANDLE h, DAT_CLOSE_FLAGS flags)
 	struct dfi_ep *ep = dfi_obj_get(h, DFI_T_EP);
 	struct dfi_ia *ia;
 	DAT_RETURN rc = DAT_SUCCESS;
+	DAT_EP_STATE st;
 	bool self_report = false, broken;
 
 	(void)flags;	/* graceful and abrupt both shut the connection down */
@@ -842,6 +843,11 @@ DAT_RETURN dfi_ep_disconnect(DAT_EP_HANDLE h, DAT_CLOSE_FLAGS flags)
 				  "%p is not an EP handle", (void *)h);
 	ia = ep->hdr.ia;
 	cm_touch(ia);
+	pthread_mutex_lock(&ia->cm_lock);
+	st = ep->state;
+	pthread_mutex_unlock(&ia->cm_lock);
+	if (st == DAT_EP_STATE_CONNECTED && !ep->ud)
+		dfi_ep_cut_reads(ep);	/* its RDMA reads first (dto.c) */
 	pthread_mutex_lock(&ia->cm_lock);
 	switch (ep->state) {
 	case DAT_EP_STATE_CONNECTED:
@@ -1217,6 +1223,7 @@ static void translate(struct dfi_ia *ia, struct dfi_cm_event *e, struct cm_post 
 		ep->connect_deadline = 0;
 		dfi_ep_set_state(ep, DAT_EP_STATE_CONNECTED);
 		ep->established = true;
+		atomic_store_explicit(&ep->cut, false, memory_order_relaxed);
 		if (ep->fep)
 			dfi_fep_arm_liveness(ep->fep, ia->peer_timeout_ms, NULL);
 		ep_cqs_refresh(ep);

@@ -294,6 +294,10 @@ struct dfi_ep {
 	DAT_EP_ATTR attr;
 	DAT_EP_STATE state;
 	struct dfi_fep *fep;
+	/* its connection's socket was cut under the provider
+	 * (dfi_ep_cut_reads): what fails on it from then on was flushed;
+	 * cleared when a connection is established */
+	_Atomic bool cut;
 	uint32_t inject_max;		/* a suppressed send this long or shorter is injected */
 	/* opened at dat_ep_create for a connect to take (cm_lock): bound to
 	 * the EVDs' CQs and the EQ, never connected, nothing posted */
@@ -624,6 +628,10 @@ bool dfi_dto_pool_busy(struct dfi_dto_pool *p);
 bool dfi_dto_pool_idle(struct dfi_dto_pool *p);
 void dfi_zombies_free(struct dfi_ia *ia);
 void dfi_ep_flush_pending(struct dfi_ep *ep);
+/* Before a connected EP's endpoint is shut down or closed (without
+ * cm_lock): RDMA reads it has out are ended by the provider itself first,
+ * for at most a second (dto.c). */
+void dfi_ep_cut_reads(struct dfi_ep *ep);
 /* ep_destroy, before the EP's pools go: what the EP left in its EVDs and
  * CQs no longer touches it (or an EP later in its memory). */
 void dfi_ep_dto_orphan(struct dfi_ep *ep);

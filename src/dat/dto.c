@@ -210,7 +210,8 @@ DFI_HOT static void dto_event(struct dfi_dto *d, const struct dfi_comp *c, DAT_E
 	e->transfered_length = d->op == DAT_DTO_RECEIVE ? (DAT_SEG_LENGTH)c->len : d->len;
 	e->rmr_context = 0;
 	if (c->err) {
-		e->status = dfi_dto_status(c->err);
+		e->status = atomic_load_explicit(&d->ep->cut, memory_order_relaxed) ?
+			    DAT_DTO_ERR_FLUSHED : dfi_dto_status(c->err);
 		if (c->err != ECANCELED)
 			dfi_dbg(DFI_SS_EP, "EP %p: DTO %d (cookie 0x%llx) failed: %s",
 				(void *)d->ep, (int)d->op, (unsigned long long)d->cookie.as_64,
@@ -750,6 +751,53 @@ void dfi_ep_flush_pending(struct dfi_ep *ep)
 		dto_complete(ep->recvq, &early[k].idx, 1, 0);
 	}
 	free(early);
+}
+
+/*
+ * libfabric tcp and net (1.17, and their code since) keep an RDMA read
+ * whose response they are receiving both at the head of their read queue
+ * and as their current receive.  An endpoint shut down or closed then
+ * flushes it from both: two completions of one read, and its transfer
+ * entry freed twice into the CQ's pool, which two later posts of EPs on
+ * that CQ both take (one's data lands in the other's buffer, or a post is
+ * lost: the soak's crossed receives, docs/completions.md).  Their receive
+ * path ends such a read once.  So an EP with reads out is cut under the
+ * provider first (dfi_fep_cut: its socket shut both ways), and its request
+ * EVD is filled from the CQ, which runs the provider's receive path, until
+ * every read has come back; then it is shut down or closed.  Sends done
+ * but still in the provider's buffer may not reach the peer: as on an
+ * abrupt disconnect.  Bounded: a full EVD ring or a reader elsewhere that
+ * does not keep up leaves the rest to the old way, and says so.
+ */
+#define CUT_READS_MS	1000u
+
+void dfi_ep_cut_reads(struct dfi_ep *ep)
+{
+	struct dfi_dto_pool *p = ep->sendq;
+	uint64_t until;
+
+	if (!ep->fep || !ep->req_evd || !p ||
+	    atomic_load_explicit(&p->reads_out, memory_order_acquire) == 0)
+		return;
+	atomic_store_explicit(&ep->cut, true, memory_order_relaxed);
+	if (dfi_fep_cut(ep->fep)) {
+		atomic_store_explicit(&ep->cut, false, memory_order_relaxed);
+		return;
+	}
+	until = dfi_now_ns() + CUT_READS_MS * 1000000ull;
+	while (atomic_load_explicit(&p->reads_out, memory_order_acquire) > 0) {
+		if (dfi_now_ns() >= until) {
+			dfi_warn(DFI_SS_EP, "EP %p: %d RDMA reads still out %u ms after its "
+				 "socket was cut: closed with them (a provider may complete "
+				 "one twice)", (void *)ep,
+				 atomic_load_explicit(&p->reads_out, memory_order_acquire),
+				 CUT_READS_MS);
+			return;
+		}
+		dfi_evq_source_flush(&ep->req_evd->q);
+		if (atomic_load_explicit(&p->reads_out, memory_order_acquire) > 0)
+			sched_yield();
+	}
 }
 
 static bool event_of_ep(const DAT_EVENT *ev, void *ep)

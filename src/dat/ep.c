@@ -404,8 +404,13 @@ void dfi_ep_destroy(struct dfi_ep *ep)
 {
 	struct dfi_ia *ia = ep->hdr.ia;
 	struct dfi_srq *srq = ep->srq;
-	bool sbusy, rbusy;
+	bool sbusy, rbusy, connected;
 
+	pthread_mutex_lock(&ia->cm_lock);
+	connected = ep->state == DAT_EP_STATE_CONNECTED;
+	pthread_mutex_unlock(&ia->cm_lock);
+	if (connected)
+		dfi_ep_cut_reads(ep);	/* before the close's flush (dto.c) */
 	dfi_ep_close_fep(ep);
 	dfi_ep_flush_pending(ep);
 	pthread_mutex_lock(&ia->cm_lock);

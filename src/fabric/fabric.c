@@ -232,6 +232,11 @@ bool dfi_fep_aborted(const struct dfi_fep *fep)
 	return fep->be->fep_aborted(fep);
 }
 
+int dfi_fep_cut(struct dfi_fep *fep)
+{
+	return fep->be->fep_cut ? fep->be->fep_cut(fep) : -ENOTSUP;
+}
+
 DFI_HOT int dfi_post_send(struct dfi_fep *fep, const struct dfi_sge *sg, int n, void *ctx)
 {
 	return fep->be->post_send(fep, sg, n, ctx);

@@ -243,6 +243,12 @@ int dfi_fep_arm_liveness(struct dfi_fep *fep, unsigned timeout_ms, const struct 
 /* After its shutdown: the kernel gave up on a silent peer (an armed
  * endpoint only), rather than the peer closing. */
 bool dfi_fep_aborted(const struct dfi_fep *fep);
+/* A connected endpoint's socket, under the provider, shut both ways: the
+ * provider's next pass over it ends what it was receiving through its
+ * own receive path (an RDMA read's response: once), and disables the
+ * endpoint.  0, or -ENOTSUP where the endpoint has no socket of its own
+ * (the RDM backend, verbs). */
+int dfi_fep_cut(struct dfi_fep *fep);
 
 struct dfi_sge {
 	void *addr;

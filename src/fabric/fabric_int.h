@@ -81,6 +81,7 @@ struct dfi_backend {
 	int (*fep_arm_liveness)(struct dfi_fep *fep, unsigned timeout_ms,
 				const struct sockaddr_in *dest);
 	bool (*fep_aborted)(const struct dfi_fep *fep);
+	int (*fep_cut)(struct dfi_fep *fep);		/* NULL: no socket */
 
 	int (*post_send)(struct dfi_fep *fep, const struct dfi_sge *sg, int n, void *ctx);
 	int (*post_inject)(struct dfi_fep *fep, const struct dfi_sge *sg, int n);

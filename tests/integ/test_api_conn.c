@@ -4510,6 +4510,94 @@ static void test_cm_connect_300_in_turn(void **state)
 	alarm(0);
 }
 
+/* RDMA reads cut by the reader's own disconnect while their responses are
+ * still arriving (4 x 8 MiB; the disconnect comes 1 ms after the posts,
+ * 0.2 to 3 ms on later rounds): every read comes back exactly once,
+ * done or flushed, and nothing else does.  libfabric tcp 1.17 (and net)
+ * keeps a read whose response it is receiving both at the head of its
+ * read queue and as its current receive, and an endpoint shut down or
+ * closed then flushed it from both: two completions of one read, and its
+ * transfer entry freed twice into the CQ's pool, which two later posts of
+ * EPs sharing that CQ then both took (the soak's receives of two
+ * connections crossed: docs/completions.md). */
+static void test_rdma_read_cut_by_disconnect(void **state)
+{
+	struct pair *p = *state;
+	enum { NREAD = 4, ROUNDS = 12 };
+	const size_t len = 8u << 20, total = NREAD * len;
+	DAT_EP_ATTR a = ep_attr(EP_DTOS, EP_DTOS);
+	DAT_REGION_DESCRIPTION region;
+	DAT_LMR_HANDLE slmr, clmr;
+	DAT_LMR_CONTEXT slctx, clctx;
+	DAT_RMR_CONTEXT srctx, crctx;
+	DAT_VLEN rlen;
+	DAT_VADDR saddr, caddr;
+	uint8_t *sbuf = aligned_alloc(4096, total), *cbuf = aligned_alloc(4096, total);
+
+	watchdog(__func__, 120);
+	assert_non_null(sbuf);
+	assert_non_null(cbuf);
+	memset(sbuf, 0x5a, total);
+	memset(cbuf, 0, total);
+	region.for_va = sbuf;
+	assert_ok(dat_lmr_create(p->s.ia, DAT_MEM_TYPE_VIRTUAL, region, total, p->s.pz,
+				 DAT_MEM_PRIV_ALL_FLAG, DAT_VA_TYPE_VA, &slmr, &slctx, &srctx, &rlen,
+				 &saddr));
+	region.for_va = cbuf;
+	assert_ok(dat_lmr_create(p->c.ia, DAT_MEM_TYPE_VIRTUAL, region, total, p->c.pz,
+				 DAT_MEM_PRIV_ALL_FLAG, DAT_VA_TYPE_VA, &clmr, &clctx, &crctx, &rlen,
+				 &caddr));
+	for (int round = 0; round < ROUNDS; round++) {
+		int seen[NREAD] = { 0 };
+		DAT_EVENT ev;
+
+		establish(p);
+		for (int i = 0; i < NREAD; i++) {
+			DAT_LMR_TRIPLET t = { .lmr_context = clctx, .segment_length = len,
+					      .virtual_address = caddr + i * len };
+			DAT_RMR_TRIPLET r = { .rmr_context = srctx, .segment_length = len,
+					      .virtual_address = saddr + i * len };
+
+			assert_ok(dat_ep_post_rdma_read(p->c.ep, 1, &t, ck(0x7700 + i), &r,
+							DAT_COMPLETION_DEFAULT_FLAG));
+		}
+		usleep(round == 0 ? 1000 : 200 + 250 * (useconds_t)round);
+		assert_ok(dat_ep_disconnect(p->c.ep, DAT_CLOSE_ABRUPT_FLAG));
+		for (int n = 0; n < NREAD; n++) {
+			const DAT_DTO_COMPLETION_EVENT_DATA *d = &ev.event_data.dto_completion_event_data;
+			uint64_t c;
+
+			if (wait_ev(p->c.req, 5000, &ev) != DAT_SUCCESS)
+				fail_msg("round %d: %d of %d reads came back, then none within 5 s",
+					 round, n, NREAD);
+			c = d->user_cookie.as_64;
+			if (ev.event_number != DAT_DTO_COMPLETION_EVENT || c < 0x7700 ||
+			    c >= 0x7700 + NREAD || seen[c - 0x7700]++)
+				fail_msg("round %d: completion %d of %d: event 0x%x cookie 0x%llx%s", round,
+					 n, NREAD, ev.event_number, (unsigned long long)c,
+					 c >= 0x7700 && c < 0x7700 + NREAD ? " (a second time)" : "");
+			if (d->status != DAT_DTO_SUCCESS && d->status != DAT_DTO_ERR_FLUSHED)
+				fail_msg("round %d: read 0x%llx came back with %s", round,
+					 (unsigned long long)c, status_name(d->status));
+		}
+		expect_empty(p->c.req, 100, "the reads' EVD after each read came back");
+		expect_conn(p->c.conn, DAT_CONNECTION_EVENT_DISCONNECTED, p->c.ep, 5000, "client",
+			    NULL);
+		expect_conn(p->s.conn, DAT_CONNECTION_EVENT_DISCONNECTED, p->s.ep, 5000, "server",
+			    NULL);
+		assert_ok(dat_ep_free(p->c.ep));
+		assert_ok(dat_ep_free(p->s.ep));
+		expect_empty(p->c.req, 50, "the reads' EVD after the EP's free");
+		assert_ok(side_ep(&p->c, &a));
+		assert_ok(side_ep(&p->s, &a));
+	}
+	assert_ok(dat_lmr_free(clmr));
+	assert_ok(dat_lmr_free(slmr));
+	free(cbuf);
+	free(sbuf);
+	alarm(0);
+}
+
 /* ------------------------------------------------- disconnect orderings */
 
 enum { RACE_K = 24 };
@@ -5549,6 +5637,7 @@ int main(int argc, char **argv)
 		/* DAT 2.0 connection calls */
 		TP(test_cm_connect_300_in_turn),
 		TP(test_cm_disconnect_orders),
+		TP(test_rdma_read_cut_by_disconnect),
 		TP(test_send_with_invalidate),
 		TP(test_many_eps_receive_queues_full),
 		TP(test_psp_provider_flag),

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 static int msg_eq_open(struct dfi_fabric *f, struct dfi_eq **out)
 {
@@ -515,6 +516,21 @@ static int msg_fep_shutdown(struct dfi_fep *e)
 	return fi_shutdown(MSG_FEP(e)->ep, 0);
 }
 
+/* shutdown(2), not fi_shutdown: the provider finds the socket's end in its
+ * receive path (EPOLLIN, then a read of 0), which ends a half-received
+ * message or read response once; fi_shutdown's flush does not (dto.c,
+ * dfi_ep_cut_reads). */
+static int msg_fep_cut(struct dfi_fep *fe)
+{
+	int fd = dfi_msg_sock(MSG_FEP(fe));
+
+	if (fd < 0)
+		return -ENOTSUP;
+	if (shutdown(fd, SHUT_RDWR) && errno != ENOTCONN)
+		return -errno;
+	return 0;
+}
+
 static void msg_fep_cancel(struct dfi_fep *e, void *ctx)
 {
 	(void)fi_cancel(&MSG_FEP(e)->ep->fid, ctx);
@@ -578,6 +594,7 @@ const struct dfi_backend dfi_msg_backend = {
 	.fep_peer = msg_fep_peer,
 	.fep_arm_liveness = dfi_msg_arm_liveness,
 	.fep_aborted = dfi_msg_aborted,
+	.fep_cut = msg_fep_cut,
 	.post_send = dfi_msg_post_send,
 	.post_inject = dfi_msg_post_inject,
 	.post_recv = dfi_msg_post_recv,

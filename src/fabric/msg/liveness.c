@@ -118,6 +118,26 @@ int dfi_msg_arm_liveness(struct dfi_fep *fe, unsigned timeout_ms, const struct s
 	return 0;
 }
 
+int dfi_msg_sock(struct msg_fep *e)
+{
+	struct sockaddr_in self, peer;
+	size_t len = sizeof(self);
+	int fd;
+
+	if (e->sock >= 0)
+		return e->sock;
+	if (fi_getname(&e->ep->fid, &self, &len) || len != sizeof(self) ||
+	    self.sin_family != AF_INET)
+		return -1;
+	len = sizeof(peer);
+	if (fi_getpeer(e->ep, &peer, &len) || len != sizeof(peer))
+		return -1;
+	fd = find_sock(&self, &peer, false);
+	if (fd >= 0)
+		e->sock = fd;
+	return fd;
+}
+
 bool dfi_msg_aborted(const struct dfi_fep *fe)
 {
 	const struct msg_fep *e = (const struct msg_fep *)fe;
