@@ -431,7 +431,10 @@ static int ep_open_fep(struct dfi_ep *ep, void *req, struct dfi_fep **fep)
 
 /* Then, under cm_lock and post_lock, the receives posted while it was
  * unconnected go to it, before the connect or accept that makes it the
- * EP's: a post cannot add one in between. */
+ * EP's: a post cannot add one in between.  Those posted before one that
+ * fails are fep's from then on (the caller closes it, and its flush
+ * completes them): they leave the list, which would post them a second
+ * time at the next connect, or flush them a second time at a reset. */
 static int ep_post_early(struct dfi_ep *ep, struct dfi_fep *fep)
 {
 	int rc, n;
@@ -447,6 +450,9 @@ static int ep_post_early(struct dfi_ep *ep, struct dfi_fep *fep)
 			dfi_dto_order_untake(d);
 			dfi_err(DFI_SS_EP, "EP %p: posting an early receive: %s", (void *)ep,
 				strerror(-rc));
+			memmove(ep->early, ep->early + k,
+				(size_t)(ep->n_early - k) * sizeof(*ep->early));
+			ep->n_early -= k;
 			return rc;
 		}
 	}
