@@ -76,7 +76,7 @@ FAULTPEER := $(B)/tests/fault_peer
 SOAK      := $(B)/tests/soak
 
 .PHONY: all lib tools examples tests check soak demo bench bench-smoke install uninstall clean deps help \
-	model deb fuzz fuzz-build
+	model deb rpm dist fuzz fuzz-build
 .DEFAULT_GOAL := all
 
 all: lib tools examples $(FIRAW) $(PAGEWALK) $(DATCONF) $(B)/dapl-ofi.pc
@@ -303,6 +303,34 @@ deb:
 	cd build/deb/src && dpkg-buildpackage -b -us -uc -Jauto
 	@ls build/deb/*.deb build/deb/*.changes
 
+# The source tarball, dapl-ofi-$(VERSION)/ inside: the files git tracks
+# (as they are in the working tree), or, outside a git checkout, every file
+# but build/; owner, order and dates fixed, so that the same tree gives the
+# same tarball.  rpmbuild -ta builds from it (make rpm).
+DIST := build/dapl-ofi-$(VERSION).tar.gz
+dist:
+	@mkdir -p build
+	@{ git ls-files 2>/dev/null || find . -path ./build -prune -o -path ./.git -prune -o \
+	       -type f -print | sed 's,^\./,,'; } | while IFS= read -r f; do \
+		[ -f "$$f" ] && printf '%s\n' "$$f"; done | LC_ALL=C sort | \
+	  tar -cf - --no-recursion -T - --transform 's,^,dapl-ofi-$(VERSION)/,' \
+	      --owner=0 --group=0 --numeric-owner \
+	      --mtime=@$$(git log -1 --format=%ct 2>/dev/null || echo 0) | gzip -n9 > $(DIST)
+	@echo $(DIST)
+
+# RPM packages (rpm/dapl-ofi.spec) built by rpmbuild from the tarball, as on
+# a RHEL machine (rpmbuild -ta): on Debian, with --nodeps (the build
+# dependencies are Debian's packages, not RPMs).  The RPMs and the source
+# RPM land in build/rpm/RPMS and build/rpm/SRPMS.  RPM_PACKAGER is the
+# Packager tag (who built them: a site sets its own).
+RPM_PACKAGER ?= dapl-ofi developers <dapl-ofi@example.org>
+rpm: dist
+	@scripts/deps.sh rpm
+	rm -rf build/rpm && mkdir -p build/rpm
+	rpmbuild -ta --nodeps --define "_topdir $(abspath build/rpm)" \
+		--define "packager $(RPM_PACKAGER)" $(DIST)
+	@ls build/rpm/RPMS/*/*.rpm build/rpm/SRPMS/*.rpm
+
 uninstall:
 	rm -f $(DESTDIR)$(LIBDIR)/$(SONAME) $(DESTDIR)$(LIBDIR)/libdaplofi.so \
 	      $(DESTDIR)$(BINDIR)/daplofi-info $(DESTDIR)$(BINDIR)/daplofi-demo \
@@ -328,6 +356,8 @@ help:
 	@echo "make fuzz       the libFuzzer targets (clang, ASan+UBSan, build/fuzz), FUZZ_SECONDS=300 each"
 	@echo "make install    PREFIX=$(PREFIX) DESTDIR=..."
 	@echo "make deb        Debian packages libdaplofi2, libdaplofi-dev, daplofi-utils in build/deb/"
+	@echo "make dist       the source tarball build/dapl-ofi-$(VERSION).tar.gz"
+	@echo "make rpm        RPM packages dapl-ofi, dapl-ofi-devel, dapl-ofi-utils in build/rpm/"
 	@echo "make clean"
 
 -include $(shell find $(B)/obj -name '*.d' 2>/dev/null)

@@ -72,6 +72,22 @@ printf '  package-deb %d passed, %d failed, %d skipped (exit %d), log: build/pac
 	"$p" "$f" "$s" "$rc"
 [ "$f" -eq 0 ] || grep -E '^not ok|^#   ' build/package-deb.log | head -40 | sed 's/^/      | /'
 [ "$f" -eq 0 ] || echo "  package-deb $f FAILED (exit $rc), log: build/package-deb.log" >> "$CHECK_FAILURES"
+# the RPM packages: built from the make dist tarball (make rpm, Debian's
+# rpmbuild), rpmlint without error, installed and erased in scratch roots
+# (rpm --root), /etc/dat.conf there byte for byte as before (about 10 s,
+# plus installing rpm and rpmlint on a fresh machine); one skip when not root
+step "RPM packages (tests/package/rpm.sh: make rpm, rpmlint, rpm -i/-e in a scratch root)"
+timeout --kill-after=30 300 tests/package/rpm.sh > build/package-rpm.log 2>&1
+rc=$?
+s=$(grep -cE '^ok [0-9]+.*# SKIP' build/package-rpm.log)
+p=$(( $(grep -cE '^ok [0-9]+' build/package-rpm.log) - s ))
+f=$(grep -cE '^not ok [0-9]+' build/package-rpm.log)
+[ "$rc" -ne 0 ] && [ "$f" -eq 0 ] && f=1
+total_pass=$((total_pass + p)) total_fail=$((total_fail + f)) total_skip=$((total_skip + s))
+printf '  package-rpm %d passed, %d failed, %d skipped (exit %d), log: build/package-rpm.log\n' \
+	"$p" "$f" "$s" "$rc"
+[ "$f" -eq 0 ] || grep -E '^not ok|^#   ' build/package-rpm.log | head -40 | sed 's/^/      | /'
+[ "$f" -eq 0 ] || echo "  package-rpm $f FAILED (exit $rc), log: build/package-rpm.log" >> "$CHECK_FAILURES"
 # the libFuzzer targets (tests/fuzz/README.md) for 20 s each (make fuzz:
 # 300): clang's build in build/fuzz, then fuzz_params, fuzz_api and
 # fuzz_pdata from their corpus in the tree (about 90 s with the build).  A

@@ -2,8 +2,9 @@
 # Install the Debian 12 packages dapl-ofi needs to build and test, when
 # missing.  As root: apt-get installs them.  Otherwise: say which (and fail
 # when a needed one is missing).
-#   scripts/deps.sh [deb] [lint]
-# deb: also what `make deb` needs; lint: also lintian (tests/package/deb.sh).
+#   scripts/deps.sh [deb] [lint] [rpm]
+# deb: also what `make deb` needs; lint: also lintian (tests/package/deb.sh);
+# rpm: rpmbuild and rpmlint (`make rpm`, tests/package/rpm.sh).
 # cmake and patch: tests/apps/pscom.sh builds pscom.  iproute2 and nftables:
 # the test hosts of tests/hosts/ and their faults.
 #
@@ -21,7 +22,8 @@ for set in "$@"; do
 	case $set in
 	deb) PKGS="$PKGS build-essential debhelper dpkg-dev" ;;
 	lint) PKGS="$PKGS lintian" ;;
-	*) echo "deps.sh: unknown set '$set' (deb, lint)" >&2; exit 2 ;;
+	rpm) PKGS="$PKGS rpm rpmlint" ;;
+	*) echo "deps.sh: unknown set '$set' (deb, lint, rpm)" >&2; exit 2 ;;
 	esac
 done
 installed() { dpkg-query -W -f='${Status}\n' "$1" 2>/dev/null | grep -q '^install ok installed$'; }
