@@ -377,6 +377,12 @@ fi
 if [ "$scope" = all ] && [ -x tests/info.sh ]; then
 	B=$B run info 120 tests/info.sh
 fi
+# daplofi-info --generate: its entries for lo opened through the stock
+# registry by daplofi-demo, a ping-pong by daplofi-perf on each tested
+# fabric, its comments and errors (about 10 s).
+if [ "$scope" = all ] && [ -x tests/info-generate.sh ]; then
+	B=$B run info-generate 180 tests/info-generate.sh
+fi
 # A real third-party DAT consumer (tests/apps/pscom.sh): ParaStation pscom's
 # DAPL plugin under its own ping-pong, eager and rendezvous 0 B to 4 MiB
 # verified, provider selection and an IA that cannot open; pscom is built

@@ -6,6 +6,7 @@
  * domain it uses.  Also the configuration table with the values in force.
  *
  *   daplofi-info [-a] [-c] [-f dat.conf] [-q] [-v]      (man/daplofi-info.1)
+ *   daplofi-info --generate [--lib PATH] [--interface LIST] [--fabric LIST]
  *
  * The diagnosis reuses the library's own pieces: its ia_params parser
  * (util/ia_params.c), its address resolution and its fi_getinfo
@@ -20,7 +21,9 @@
 #include <dat2/udat.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <getopt.h>
 #include <ifaddrs.h>
+#include <net/if.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -67,6 +70,7 @@ static char interfaces[512];		/* "lo 127.0.0.1, eth0 10.0.2.15" */
 static char providers[256];		/* libfabric providers dapl-ofi can use */
 static char registry_said[4096];	/* libdat2's output when it loaded */
 static int crashed;			/* the signal that killed the child */
+static bool is_child;			/* run_child's second run of the tool */
 
 /* ------------------------------------------------------------- printing */
 
@@ -882,6 +886,7 @@ static int run_child(char **argv, const char *conf)
 		if (sscanf(fds, "%d:%d:%d", &out, &err, &tmp) != 3)
 			return -1;
 		unsetenv("DAPLOFI_INFO_FDS");
+		is_child = true;
 		fflush(stdout);
 		fflush(stderr);
 		dup2(out, 1);
@@ -945,30 +950,341 @@ static int run_child(char **argv, const char *conf)
 	}
 }
 
+/* ------------------------------------------------------------ --generate */
+
+/* daplofi-info --generate: dat.conf entries for this host, one per usable
+ * interface (up, with an IPv4 address) and fabric dapl-ofi serves here (the
+ * libfabric providers dfi_fabric_provider_list finds), each opened through
+ * the registry as the table's are: an entry that does not open is printed
+ * commented out, with the reason.  The registry reads its dat.conf when it
+ * is loaded, so the candidates go to a temporary file first and the tool
+ * runs itself again on it (run_child), as for any file. */
+
+#define MAX_IFACES	64
+#define MAX_PROVS	32
+
+/* The fabrics README's Status table tests (and verbs, which builds): listed
+ * first; other providers libfabric offers follow under their own comment. */
+static const struct { const char *name; bool rdm; } main_fabrics[] = {
+	{ "tcp", false }, { "verbs", false }, { "shm", true }, { "tcp;ofi_rxm", true },
+	{ "net", true },
+};
+
+static bool is_main_fabric(const struct dfi_prov_desc *p)
+{
+	for (size_t i = 0; i < sizeof(main_fabrics) / sizeof(main_fabrics[0]); i++)
+		if (main_fabrics[i].rdm == p->rdm && strcmp(main_fabrics[i].name, p->name) == 0)
+			return true;
+	return false;
+}
+
+/* The fabric part of a generated IA name (man/daplofi-info.1, NAMES): the
+ * provider's name with "ofi_" dropped and ';' as '-' ("udp;ofi_rxd" is
+ * udp-rxd), but "tcp;ofi_rxm", the RDM over TCP that sites use, is rxm;
+ * "-rdm" after it when the provider also has connected endpoints and the
+ * entry asks for its reliable-datagram ones (net-rdm). */
+static void fabric_tag(const struct dfi_prov_desc *p, bool ep_rdm, char *tag, size_t len)
+{
+	size_t o = 0;
+
+	if (strcmp(p->name, "tcp;ofi_rxm") == 0) {
+		snprintf(tag, len, "rxm");
+		return;
+	}
+	for (const char *c = p->name; *c && o + 1 < len; c++) {
+		if (strncmp(c, "ofi_", 4) == 0)
+			c += 3;
+		else
+			tag[o++] = *c == ';' || *c == '_' ? '-' : *c;
+	}
+	tag[o] = '\0';
+	if (ep_rdm)
+		snprintf(tag + o, len - o, "-rdm");
+}
+
+/* name in a comma list (NULL: every name matches) */
+static bool in_list(const char *list, const char *name)
+{
+	size_t n = strlen(name);
+
+	if (!list)
+		return true;
+	for (const char *p = list; *p; ) {
+		const char *end = strchrnul(p, ',');
+
+		if ((size_t)(end - p) == n && strncmp(p, name, n) == 0)
+			return true;
+		p = *end ? end + 1 : end;
+	}
+	return false;
+}
+
+/* The first word of a comma list that names none of names[0..n), or NULL. */
+static const char *unknown_in_list(const char *list, char (*names)[IF_NAMESIZE + 64], int n,
+				   char *word, size_t len)
+{
+	for (const char *p = list; p && *p; ) {
+		const char *end = strchrnul(p, ',');
+		bool found = false;
+
+		for (int i = 0; i < n; i++)
+			if (strlen(names[i]) == (size_t)(end - p) &&
+			    strncmp(names[i], p, (size_t)(end - p)) == 0)
+				found = true;
+		if (!found) {
+			snprintf(word, len, "%.*s", (int)(end - p), p);
+			return word;
+		}
+		p = *end ? end + 1 : end;
+	}
+	return NULL;
+}
+
+/* Interfaces that are up and have an IPv4 address, once each, in the
+ * kernel's order; names a dat.conf token carries as it is. */
+static int usable_interfaces(char (*names)[IF_NAMESIZE + 64], int max)
+{
+	struct ifaddrs *ifa, *i;
+	int n = 0;
+
+	if (getifaddrs(&ifa) != 0)
+		return -errno;
+	for (i = ifa; i && n < max; i = i->ifa_next) {
+		bool seen = false;
+
+		if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET || !(i->ifa_flags & IFF_UP) ||
+		    strlen(i->ifa_name) >= IF_NAMESIZE + 64 ||
+		    strspn(i->ifa_name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+			   "0123456789_.:@-") != strlen(i->ifa_name))
+			continue;
+		for (int k = 0; k < n; k++)
+			seen |= strcmp(names[k], i->ifa_name) == 0;
+		if (!seen)
+			snprintf(names[n++], IF_NAMESIZE + 64, "%s", i->ifa_name);
+	}
+	freeifaddrs(ifa);
+	return n;
+}
+
+struct gen_opts {
+	const char *lib;	/* library field (default: the soname) */
+	const char *ifaces;	/* comma list, or NULL: every usable one */
+	const char *fabrics;	/* comma list of fabric tags, or NULL: all */
+};
+
+/* Write the candidate entries to f; returns how many, or -1 with the error
+ * on stderr (a bad --interface or --fabric). */
+static int write_candidates(FILE *f, const struct gen_opts *o)
+{
+	char ifs[MAX_IFACES][IF_NAMESIZE + 64], tags[2 * MAX_PROVS][IF_NAMESIZE + 64], word[128];
+	struct dfi_prov_desc provs[MAX_PROVS];
+	int nif = usable_interfaces(ifs, MAX_IFACES);
+	int np = dfi_fabric_provider_list(provs, MAX_PROVS), ntags = 0, count = 0;
+	char host[256] = "this host";
+
+	if (nif < 0) {
+		fprintf(stderr, "daplofi-info: getifaddrs: %s\n", strerror(-nif));
+		return -1;
+	}
+	if (o->ifaces && unknown_in_list(o->ifaces, ifs, nif, word, sizeof(word))) {
+		fprintf(stderr, "daplofi-info: --interface: no interface '%s' that is up with an "
+			"IPv4 address (here: %s)\n", word, interfaces);
+		return -1;
+	}
+	for (int p = 0; p < np; p++) {
+		bool ep_rdm = false;
+
+		for (int q = 0; q < np && provs[p].rdm; q++)
+			ep_rdm |= !provs[q].rdm && strcmp(provs[q].name, provs[p].name) == 0;
+		fabric_tag(&provs[p], ep_rdm, tags[ntags], sizeof(tags[ntags]));
+		ntags++;
+	}
+	if (o->fabrics && unknown_in_list(o->fabrics, tags, ntags, word, sizeof(word))) {
+		char list[1024] = "";
+		size_t used = 0;
+
+		for (int t = 0; t < ntags && used < sizeof(list); t++)
+			used += snprintf(list + used, sizeof(list) - used, "%s%s", t ? ", " : "",
+					 tags[t]);
+		fprintf(stderr, "daplofi-info: --fabric: no fabric '%s' here (here: %s)\n", word,
+			np ? list : "none: libfabric offers no provider dapl-ofi serves");
+		return -1;
+	}
+	gethostname(host, sizeof(host) - 1);
+	fprintf(f, "# dapl-ofi entries for %s, written by daplofi-info --generate: each "
+		"opened through the DAT registry (dat_ia_open) when written; names "
+		"ofi-<fabric>-<interface> (daplofi-info(1))\n", host);
+	for (int group = 0; group < 2; group++) {
+		bool head = false;
+
+		for (int p = 0; p < np; p++) {
+			const struct dfi_prov_desc *d = &provs[p];
+			bool ep_rdm = strlen(tags[p]) > 4 && strcmp(tags[p] + strlen(tags[p]) - 4,
+								      "-rdm") == 0;
+
+			if (is_main_fabric(d) != (group == 0) || !in_list(o->fabrics, tags[p]))
+				continue;
+			if (group == 1 && !head)
+				fprintf(f, "# other fabrics libfabric offers here (not among those "
+					"dapl-ofi is tested on: README, Status)\n");
+			head = true;
+			for (int i = 0; i < (d->by_ip ? nif : 1); i++) {
+				if (d->by_ip && !in_list(o->ifaces, ifs[i]))
+					continue;
+				/* a provider that names its endpoints itself
+				 * takes any address: the loopback one */
+				if (d->by_ip)
+					fprintf(f, "ofi-%s-%s", tags[p], ifs[i]);
+				else
+					fprintf(f, "ofi-%s", tags[p]);
+				fprintf(f, " u2.0 nonthreadsafe default %s dapl.2.0 \"%s %s%s\" \"\"\n",
+					o->lib, d->name, d->by_ip ? ifs[i] : "lo",
+					ep_rdm ? " ep=rdm" : "");
+				count++;
+			}
+		}
+	}
+	return count;
+}
+
+/* The parent's half: the candidates into a temporary file, then this tool
+ * again on it (run_child), whose output is the result. */
+static int generate(char **argv, const struct gen_opts *o)
+{
+	char path[] = "/tmp/daplofi-info-generate.XXXXXX";
+	const char *tmpdir = getenv("TMPDIR");
+	char *tpath = NULL;
+	FILE *f;
+	int fd, n, rc;
+
+	if (strpbrk(o->lib, " \t\n\"#\\") || !*o->lib) {
+		fprintf(stderr, "daplofi-info: --lib '%s': a dat.conf library field has no blank, "
+			"quote, backslash or '#' (and is not empty)\n", o->lib);
+		return 1;
+	}
+	if (tmpdir && *tmpdir && asprintf(&tpath, "%s/daplofi-info-generate.XXXXXX", tmpdir) < 0)
+		tpath = NULL;
+	fd = mkstemp(tpath ? tpath : path);
+	if (fd < 0 || !(f = fdopen(fd, "w"))) {
+		fprintf(stderr, "daplofi-info: a temporary file: %s\n", strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		free(tpath);
+		return 1;
+	}
+	list_interfaces();
+	n = write_candidates(f, o);
+	if (fclose(f) != 0 && n >= 0) {
+		fprintf(stderr, "daplofi-info: %s: %s\n", tpath ? tpath : path, strerror(errno));
+		n = -1;
+	}
+	rc = n < 0 ? 1 : run_child(argv, tpath ? tpath : path);
+	if (rc < 0) {
+		fprintf(stderr, "daplofi-info: killed by signal %d (%s) while the DAT registry "
+			"opened the generated entries; it printed:\n%s\n", crashed,
+			strsignal(crashed), registry_said);
+		rc = 4;
+	}
+	unlink(tpath ? tpath : path);
+	free(tpath);
+	return rc;
+}
+
+/* The child's half: open each candidate (diagnose, as the table does) and
+ * print the file again, an entry that does not open commented out after
+ * a line that says why.  0 if one opens at least, 2 if none does. */
+static int generate_child(const char *conf, bool try)
+{
+	struct entry *es;
+	int n, opens = 0, lineno = 0;
+	FILE *f;
+	char *line = NULL;
+	size_t cap = 0;
+
+	if (read_conf(conf, &es, &n))
+		return 1;
+	dfi_fabric_providers(providers, sizeof(providers));
+	for (int i = 0; i < n; i++)
+		diagnose(&es[i], try, es, n);
+	f = fopen(conf, "r");
+	if (!f) {
+		fprintf(stderr, "daplofi-info: %s: %s\n", conf, strerror(errno));
+		return 1;
+	}
+	if (!try)
+		printf("# not opened (-q): each entry below is a candidate only\n");
+	while (getline(&line, &cap, f) >= 0) {
+		struct entry *e = NULL;
+
+		lineno++;
+		for (int i = 0; i < n; i++)
+			if (es[i].line == lineno)
+				e = &es[i];
+		if (!e || !try || e->state == S_OPENS) {
+			fputs(line, stdout);
+			opens += e && e->state == S_OPENS;
+			continue;
+		}
+		printf("# %s does not open: %s\n#%s", e->f[0], e->reason[0] ? e->reason :
+		       "(no reason found)", line);
+	}
+	free(line);
+	fclose(f);
+	if (try)
+		fprintf(stderr, "daplofi-info: %d of %d entries open%s\n", opens, n, opens < n ?
+			"; the others are commented out, each after the reason" : "");
+	for (int i = 0; i < n; i++) {
+		free(es[i].text);
+		free(es[i].detail);
+	}
+	free(es);
+	return !try || opens ? 0 : 2;
+}
+
 static void usage(FILE *to, const char *argv0)
 {
 	fprintf(to, "usage: %s [-a] [-c] [-f dat.conf] [-q] [-v]\n"
+		"       %s --generate [--lib PATH] [--interface LIST] [--fabric LIST] [-q]\n"
 		"  -a  also try the entries of other providers\n"
 		"  -c  print only the configuration table\n"
 		"  -f  the dat.conf to read (default: $DAT_OVERRIDE, else /etc/dat.conf)\n"
 		"  -q  do not open the IAs\n"
-		"  -v  also the configuration table and every attribute of each entry\n",
-		argv0);
+		"  -v  also the configuration table and every attribute of each entry\n"
+		"  -g, --generate      print dat.conf entries for this host's interfaces and\n"
+		"                      fabrics, each that does not open commented out\n"
+		"  -l, --lib PATH      their library (default libdaplofi.so.2, the installed one)\n"
+		"  -i, --interface L   only these interfaces (comma list; default: every one up\n"
+		"                      with an IPv4 address)\n"
+		"  -F, --fabric L      only these fabrics (comma list: tcp, shm, rxm, net-rdm, ...)\n",
+		argv0, argv0);
 }
 
 int main(int argc, char **argv)
 {
 	const char *conf = getenv("DAT_OVERRIDE"), *from = "DAT_OVERRIDE";
-	int only_params = 0, try = 1, all = 0, c, n, ours = 0, bad = 0;
+	int only_params = 0, try = 1, all = 0, c, n, ours = 0, bad = 0, gen = 0;
+	struct gen_opts go = { .lib = "libdaplofi.so.2" };
 	struct entry *es;
+	static const struct option longopts[] = {
+		{ "generate", no_argument, NULL, 'g' },
+		{ "lib", required_argument, NULL, 'l' },
+		{ "interface", required_argument, NULL, 'i' },
+		{ "fabric", required_argument, NULL, 'F' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
 
-	while ((c = getopt(argc, argv, "acf:qvh")) != -1) {
+	while ((c = getopt_long(argc, argv, "acf:qvhgl:i:F:", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'a': all = 1; break;
 		case 'c': only_params = 1; break;
 		case 'f': conf = optarg; from = "-f"; break;
 		case 'q': try = 0; break;
 		case 'v': verbose = true; break;
+		case 'g': gen = 1; break;
+		case 'l': go.lib = optarg; break;
+		case 'i': go.ifaces = optarg; break;
+		case 'F': go.fabrics = optarg; break;
 		case 'h': usage(stdout, argv[0]); return 0;
 		default: usage(stderr, argv[0]); return 1;
 		}
@@ -977,7 +1293,20 @@ int main(int argc, char **argv)
 		usage(stderr, argv[0]);
 		return 1;
 	}
+	if (!gen && (go.ifaces || go.fabrics || strcmp(go.lib, "libdaplofi.so.2"))) {
+		fprintf(stderr, "daplofi-info: --lib, --interface and --fabric go with --generate\n");
+		return 1;
+	}
+	if (gen && (all || only_params || verbose || strcmp(from, "-f") == 0)) {
+		fprintf(stderr, "daplofi-info: --generate takes no -a, -c, -f or -v\n");
+		return 1;
+	}
+	/* the parent writes the candidates and runs the child on them */
+	if (gen && !getenv("DAPLOFI_INFO_FDS"))
+		return generate(argv, &go);
 	c = run_child(argv, conf);
+	if (gen)
+		return c >= 0 ? c : generate_child(getenv("DAT_OVERRIDE"), try);
 	if (c >= 0)
 		return c;
 	if (crashed) {

@@ -81,6 +81,16 @@ int dfi_fabric_probe(const char *prov, const struct sockaddr_in *addr, const cha
  * address: FI_EP_MSG ones, then FI_EP_RDM ones marked so, as
  * "tcp, net, shm (rdm), ...". */
 void dfi_fabric_providers(char *buf, size_t len);
+/* The same providers as a list, for daplofi-info --generate: FI_EP_MSG
+ * ones, then FI_EP_RDM ones, each with whether it addresses its endpoints
+ * by IP (a dat.conf entry per interface) or names them itself (shm: one per
+ * host).  Fills at most max; returns the count. */
+struct dfi_prov_desc {
+	char name[64];
+	bool rdm;
+	bool by_ip;
+};
+int dfi_fabric_provider_list(struct dfi_prov_desc *out, int max);
 const struct dfi_fabric_limits *dfi_fabric_limits(const struct dfi_fabric *f);
 
 /* Access bits for dfi_mr_reg. */

@@ -282,3 +282,37 @@ void dfi_fabric_providers(char *buf, size_t len)
 	providers_of(FI_EP_MSG, "", buf, len, &used);
 	providers_of(FI_EP_RDM, " (rdm)", buf, len, &used);
 }
+
+int dfi_fabric_provider_list(struct dfi_prov_desc *out, int max)
+{
+	static const enum fi_ep_type types[] = { FI_EP_MSG, FI_EP_RDM };
+	int n = 0;
+
+	for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); t++) {
+		struct fi_info *hints = make_hints(NULL, NULL, types[t]), *info = NULL, *i;
+
+		if (!hints || fi_getinfo(DFI_FI_VERSION, NULL, NULL, 0, hints, &info) != 0)
+			info = NULL;
+		for (i = info; i && n < max; i = i->next) {
+			const char *name = i->fabric_attr->prov_name;
+			bool rdm = types[t] == FI_EP_RDM, seen = false;
+
+			/* libfabric gives one fi_info per interface */
+			for (int k = 0; k < n; k++)
+				if (out[k].rdm == rdm && strcmp(out[k].name, name) == 0)
+					seen = true;
+			if (seen || strlen(name) >= sizeof(out[n].name))
+				continue;
+			snprintf(out[n].name, sizeof(out[n].name), "%s", name);
+			out[n].rdm = rdm;
+			/* shm names its endpoints itself (FI_ADDR_STR):
+			 * one IA serves the host, whatever address */
+			out[n].by_ip = i->addr_format == FI_SOCKADDR_IN ||
+				       i->addr_format == FI_SOCKADDR;
+			n++;
+		}
+		fi_freeinfo(info);
+		fi_freeinfo(hints);
+	}
+	return n;
+}
