@@ -100,14 +100,18 @@ pick_port() {
 	return 1
 }
 for ia in $want; do
+	# libfabric 1.17 net leaks endpoint and connection objects of its own
+	# (as tests/run.sh says): no leak check where net EPs connect
+	leakok=
+	[ "$ia" = ofi-net-rdm-lo ] && leakok="env ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
 	port=$(pick_port) || { ok 1 "$ia: a free port in 18700..18799"; continue; }
-	if ! bench_serve "$ia" "$port" "$work/srv-$ia.out" "" timeout 60 "$PERF" -P "$ia" -n "$port" -T 20; then
+	if ! bench_serve "$ia" "$port" "$work/srv-$ia.out" "" $leakok timeout 60 "$PERF" -P "$ia" -n "$port" -T 20; then
 		ok 1 "daplofi-perf server on $ia" "$BENCH_WHY"
 		[ -n "$SRV" ] && kill "$SRV" 2>/dev/null && wait "$SRV" 2>/dev/null
 		SRV=
 		continue
 	fi
-	timeout 60 "$PERF" -P "$ia" -h 127.0.0.1 -n "$port" -T 20 -q --csv -t send_lat -S 64 \
+	$leakok timeout 60 "$PERF" -P "$ia" -h 127.0.0.1 -n "$port" -T 20 -q --csv -t send_lat -S 64 \
 		-I 200 -w 20 >"$work/cli-$ia.csv" 2>"$work/cli-$ia.err"
 	crc=$?
 	wait "$SRV"
