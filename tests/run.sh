@@ -383,6 +383,12 @@ fi
 if [ "$scope" = all ] && [ -x tests/info-generate.sh ]; then
 	B=$B run info-generate 180 tests/info-generate.sh
 fi
+# Replacing OFA uDAPL (tests/migration.sh): libdapl2's dat.conf with
+# dapl-ofi's block through the stock registry, a kept OFA name, DAPL_IB_MTU,
+# an OFA launch file's variables (about 5 s).
+if [ "$scope" = all ] && [ -x tests/migration.sh ]; then
+	B=$B run migration 120 tests/migration.sh
+fi
 # A real third-party DAT consumer (tests/apps/pscom.sh): ParaStation pscom's
 # DAPL plugin under its own ping-pong, eager and rendezvous 0 B to 4 MiB
 # verified, provider selection and an IA that cannot open; pscom is built

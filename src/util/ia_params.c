@@ -1,5 +1,6 @@
 /* The ia_params parser (ia_params.h). */
 #include "ia_params.h"
+#include "param.h"
 
 #include <ctype.h>
 #include <stdarg.h>
@@ -44,7 +45,10 @@ void dfi_ia_params_parse(const char *params, struct dfi_config *c)
 	int n = 0;
 
 	memset(c, 0, sizeof(*c));
-	c->mtu = 2048;
+	/* DAPL_OFI_MTU (or OFA's DAPL_IB_MTU), which mtu= overrides */
+	c->mtu = (unsigned)dfi_param_int(DFI_P_MTU);
+	if (c->mtu < 256 || c->mtu > 1u << 30)
+		c->mtu = 2048;
 	c->atomics = true;
 	if (!params || strlen(params) >= sizeof(buf)) {
 		cfg_error(c, DFI_CFG_TOO_LONG, NULL, "ia_params missing or too long");

@@ -2,6 +2,7 @@
 #include "param.h"
 #include "log.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -83,7 +84,9 @@ const struct dfi_param dfi_params[DFI_P_COUNT] = {
 		"fi_pingpong send.  The price: a failure of that send is not "
 		"reported on its own (the connection breaks, and the EP's other "
 		"DTOs are flushed).  0: every send completes through the queue, "
-		"and a failed suppressed send is reported." },
+		"and a failed suppressed send is reported.  OFA uDAPL's "
+		"DAPL_MAX_INLINE is taken for it when this is not set: 0 is 0, "
+		"a size is 1 (the size stays libfabric's)." },
 	[DFI_P_PEER_TIMEOUT_MS] = { "DAPL_OFI_PEER_TIMEOUT_MS", DFI_PARAM_INT, "10000",
 		"How long, in milliseconds, a connected peer may stay silent "
 		"(powered off, partitioned away) before its connection ends "
@@ -94,7 +97,10 @@ const struct dfi_param dfi_params[DFI_P_COUNT] = {
 		"half the time idle.  A peer back within the time (a link "
 		"flap) keeps its connection, and so does a stopped process "
 		"(SIGSTOP), whose kernel still answers.  0: never (a vanished "
-		"peer is waited for until the consumer disconnects)." },
+		"peer is waited for until the consumer disconnects).  OFA "
+		"uDAPL's DAPL_ACK_TIMER and DAPL_ACK_RETRY are taken for it when "
+		"this is not set: (retries + 1) x 4.096 us x 2^timer, as an IB "
+		"RC connection breaks." },
 	[DFI_P_SRQ_GAP_MS] = { "DAPL_OFI_SRQ_GAP_MS", DFI_PARAM_INT, "5000",
 		"On reliable-datagram IAs, how long, in milliseconds, an SRQ "
 		"EP's receives that completed may wait for an earlier message "
@@ -102,13 +108,135 @@ const struct dfi_param dfi_params[DFI_P_COUNT] = {
 		"after small ones behind it) before the connection ends with "
 		"DAT_CONNECTION_EVENT_BROKEN: a peer that skipped a message "
 		"would otherwise hold the SRQ's buffers unseen." },
+	[DFI_P_MTU] = { "DAPL_OFI_MTU", DFI_PARAM_INT, "2048",
+		"The IB transport MTU an IA reports (DAT_IB_TRANSPORT_MTU, "
+		"256 or more) when its ia_params has no mtu=.  OFA uDAPL's "
+		"DAPL_IB_MTU is taken for it when this is not set." },
 };
+
+/*
+ * OFA uDAPL 2.1.10's variables, as its three providers read them (the
+ * names its libdaplofa/scm/ucm.so.2 hold).  A launch file written for OFA
+ * keeps working: the ones with a meaning over libfabric are honoured, the
+ * others each draw one warning instead of silence.
+ */
+#define IGN(n, w) { n, DFI_OFA_IGNORED, DFI_P_COUNT, w }
+const struct dfi_ofa_var dfi_ofa_vars[] = {
+	{ "DAPL_DBG_TYPE", DFI_OFA_SAME, DFI_P_DBG_TYPE, "debug mask" },
+	{ "DAPL_DBG_DEST", DFI_OFA_SAME, DFI_P_DBG_DEST, "debug destination" },
+	{ "DAPL_IB_MTU", DFI_OFA_AS, DFI_P_MTU, "IB path MTU" },
+	{ "DAPL_ACK_TIMER", DFI_OFA_AS, DFI_P_PEER_TIMEOUT_MS,
+	  "IB RC ACK timeout, 4.096 us * 2^n" },
+	{ "DAPL_ACK_RETRY", DFI_OFA_AS, DFI_P_PEER_TIMEOUT_MS, "IB RC ACK retries" },
+	{ "DAPL_MAX_INLINE", DFI_OFA_AS, DFI_P_INJECT, "inline send size" },
+	IGN("DAPL_DBG_LEVEL", "a debug level of OFA's own; DAPL_OFI_LOG_LEVEL sets ours"),
+	IGN("DAPL_DBG_SYS_MEM", "OFA's memory-use report; none here"),
+	IGN("DAPL_WR_MAX", "a cap on IB work requests per QP; libfabric sizes the queues"),
+	IGN("DAPL_IB_PKEY", "the IB partition key; a libfabric provider's own setting"),
+	IGN("DAPL_IB_SL", "the IB service level; a libfabric provider's own setting"),
+	IGN("DAPL_GLOBAL_ROUTING", "IB global routing (GRH); a libfabric provider's own setting"),
+	IGN("DAPL_HOP_LIMIT", "the IB GRH hop limit; a libfabric provider's own setting"),
+	IGN("DAPL_TCLASS", "the IB GRH traffic class; a libfabric provider's own setting"),
+	IGN("DAPL_RNR_TIMER", "the IB receiver-not-ready timer; DAT receives are flow-"
+	    "controlled by dapl-ofi"),
+	IGN("DAPL_RNR_RETRY", "the IB receiver-not-ready retries; DAT receives are flow-"
+	    "controlled by dapl-ofi"),
+	IGN("DAPL_LOOPBACK", "OFA's loopback switch; 127.0.0.1 and shm serve it here"),
+	IGN("DAPL_SCM_NETDEV", "the socket CM's interface; ia_params names it here"),
+	IGN("DAPL_CM_TOS", "the rdma_cm type of service; no rdma_cm here"),
+	IGN("DAPL_CM_ARP_TIMEOUT_MS", "rdma_cm address resolution; no rdma_cm here"),
+	IGN("DAPL_CM_ARP_RETRY_COUNT", "rdma_cm address resolution; no rdma_cm here"),
+	IGN("DAPL_CM_ROUTE_TIMEOUT_MS", "rdma_cm route resolution; no rdma_cm here"),
+	IGN("DAPL_CM_ROUTE_RETRY_COUNT", "rdma_cm route resolution; no rdma_cm here"),
+	IGN("DAPL_MAX_CM_RESPONSE_TIME", "the IB CM's response time; libfabric connects"),
+	IGN("DAPL_MAX_CM_RETRIES", "the IB CM's retries; libfabric connects"),
+	IGN("DAPL_UCM_ARRAY_BITS", "the ucm UD CM's tables; not used here"),
+	IGN("DAPL_UCM_ENTRY_BITS", "the ucm UD CM's tables; not used here"),
+	IGN("DAPL_UCM_CQ_SIZE", "the ucm UD CM's queues; not used here"),
+	IGN("DAPL_UCM_QP_SIZE", "the ucm UD CM's queues; not used here"),
+	IGN("DAPL_UCM_TX_BURST", "the ucm UD CM's send burst; not used here"),
+	IGN("DAPL_UCM_REP_TIME", "a ucm UD CM timer; libfabric connects"),
+	IGN("DAPL_UCM_RTU_TIME", "a ucm UD CM timer; libfabric connects"),
+	IGN("DAPL_UCM_DREP_TIME", "a ucm UD CM timer; libfabric connects"),
+	IGN("DAPL_UCM_DREQ_RETRY", "a ucm UD CM retry count; libfabric connects"),
+	IGN("DAPL_UCM_RETRY", "a ucm UD CM retry count; libfabric connects"),
+	IGN("DAPL_UCM_TIMER", "a ucm UD CM timer; libfabric connects"),
+	IGN("DAPL_UCM_WAIT_TIME", "a ucm UD CM timer; libfabric connects"),
+	IGN("DAPL_NETWORK_NODES", "ucm's job-size hint; not used here"),
+	IGN("DAPL_NETWORK_PPN", "ucm's job-size hint; not used here"),
+	IGN("DAPL_NETWORK_PROCESS_NUM", "ucm's job-size hint; not used here"),
+	IGN("DAPL_NETWORK_TRESHOLD", "ucm's job-size hint; not used here"),
+};
+#undef IGN
+const int dfi_ofa_nvars = sizeof(dfi_ofa_vars) / sizeof(dfi_ofa_vars[0]);
+
+static const char *env(const char *name)
+{
+	const char *v = getenv(name);
+
+	return v && *v ? v : NULL;
+}
+
+/* OFA's defaults (scm, ucm): ACK timer 16 (268 ms), 7 retries. */
+#define OFA_ACK_TIMER	16
+#define OFA_ACK_RETRY	7
+
+/* What the OFA variables that stand for DAPL_OFI_ variable id say, as
+ * that variable's text in buf; NULL when none is set (or it is not a
+ * number, which the info line reports). */
+static const char *ofa_value(enum dfi_param_id id, char *buf, size_t len)
+{
+	const char *a, *b;
+	char *end;
+	long v, r;
+
+	switch (id) {
+	case DFI_P_MTU:
+		/* OFA reads any number and falls back to 1024 for one that is
+		 * not an IB MTU; the IA reports what was asked for */
+		if (!(a = env("DAPL_IB_MTU")) || (v = strtol(a, &end, 10), *end) || v < 256)
+			return NULL;
+		snprintf(buf, len, "%ld", v);
+		return buf;
+	case DFI_P_PEER_TIMEOUT_MS:
+		/* an IB RC QP errors after (retries + 1) ACK timeouts of
+		 * 4.096 us * 2^timer each; timer 0 waits for ever, as
+		 * DAPL_OFI_PEER_TIMEOUT_MS=0 */
+		a = env("DAPL_ACK_TIMER");
+		b = env("DAPL_ACK_RETRY");
+		if (!a && !b)
+			return NULL;
+		v = a ? strtol(a, &end, 10) : OFA_ACK_TIMER;
+		if (a && (*end || v < 0 || v > 31))
+			return NULL;
+		r = b ? strtol(b, &end, 10) : OFA_ACK_RETRY;
+		if (b && (*end || r < 0 || r > 7))
+			return NULL;
+		snprintf(buf, len, "%lld", v == 0 ? 0LL :
+			 ((4096LL << v) * (r + 1) + 999999) / 1000000);
+		return buf;
+	case DFI_P_INJECT:
+		/* no inline sends, or some: the size is the provider's */
+		if (!(a = env("DAPL_MAX_INLINE")) || (v = strtol(a, &end, 10), *end) || v < 0)
+			return NULL;
+		snprintf(buf, len, "%d", v > 0);
+		return buf;
+	default:
+		return NULL;
+	}
+}
+
+/* Per thread: dfi_param_str's answer stays valid while other threads ask. */
+static _Thread_local char ofa_buf[DFI_P_COUNT][24];
+
 
 const char *dfi_param_str(enum dfi_param_id id)
 {
-	const char *v = getenv(dfi_params[id].name);
+	const char *v = env(dfi_params[id].name);
 
-	return (v && *v) ? v : dfi_params[id].def;
+	if (!v)
+		v = ofa_value(id, ofa_buf[id], sizeof(ofa_buf[id]));
+	return v ? v : dfi_params[id].def;
 }
 
 long dfi_param_int(enum dfi_param_id id)
@@ -127,13 +255,58 @@ long dfi_param_int(enum dfi_param_id id)
 
 bool dfi_param_set(enum dfi_param_id id)
 {
-	const char *v = getenv(dfi_params[id].name);
+	char buf[24];
 
-	return v && *v;
+	return env(dfi_params[id].name) || ofa_value(id, buf, sizeof(buf));
+}
+
+/* The OFA variables' lines: an info line per honoured one that is set
+ * (which name won), a warning per ignored one. */
+static void check_ofa(void)
+{
+	for (int i = 0; i < dfi_ofa_nvars; i++) {
+		const struct dfi_ofa_var *o = &dfi_ofa_vars[i];
+		const char *v = env(o->name), *ofi;
+		char buf[24];
+
+		if (!v)
+			continue;
+		switch (o->use) {
+		case DFI_OFA_SAME:
+			/* log.c: DAPL_OFI_LOG_LEVEL wins over the mask */
+			if (o->as == DFI_P_DBG_TYPE && env(dfi_params[DFI_P_LOG_LEVEL].name))
+				dfi_info(DFI_SS_IA, "%s=%s used, not OFA uDAPL's %s=%s (%s)",
+					 dfi_params[DFI_P_LOG_LEVEL].name,
+					 env(dfi_params[DFI_P_LOG_LEVEL].name), o->name, v, o->why);
+			else
+				dfi_info(DFI_SS_IA, "%s=%s (OFA uDAPL: %s) honoured as OFA "
+					 "reads it", o->name, v, o->why);
+			break;
+		case DFI_OFA_AS:
+			ofi = env(dfi_params[o->as].name);
+			if (ofi)
+				dfi_info(DFI_SS_IA, "%s=%s used, not OFA uDAPL's %s=%s (%s)",
+					 dfi_params[o->as].name, ofi, o->name, v, o->why);
+			else if (ofa_value(o->as, buf, sizeof(buf)))
+				dfi_info(DFI_SS_IA, "%s=%s (OFA uDAPL: %s) honoured as %s=%s",
+					 o->name, v, o->why, dfi_params[o->as].name, buf);
+			else
+				dfi_warn(DFI_SS_IA, "%s=%s (OFA uDAPL: %s) is not a value OFA "
+					 "takes: ignored, %s=%s", o->name, v, o->why,
+					 dfi_params[o->as].name, dfi_params[o->as].def);
+			break;
+		case DFI_OFA_IGNORED:
+			dfi_warn(DFI_SS_IA, "%s=%s ignored (OFA uDAPL: %s; "
+				 "dapl-ofi(7), MIGRATING FROM OFA uDAPL)", o->name, v, o->why);
+			break;
+		}
+	}
 }
 
 void dfi_param_check_unknown(void)
 {
+	check_ofa();
+
 	extern char **environ;
 	static const char prefix[] = "DAPL_OFI_";
 

@@ -31,16 +31,40 @@ enum dfi_param_id {
 	DFI_P_INJECT,
 	DFI_P_PEER_TIMEOUT_MS,
 	DFI_P_SRQ_GAP_MS,
+	DFI_P_MTU,
 	DFI_P_COUNT
 };
 
 extern const struct dfi_param dfi_params[DFI_P_COUNT];
 
-/* The value in force: the environment's, else the default. */
+/* The value in force: the environment's, else what an OFA uDAPL variable
+ * this one stands for says (dfi_ofa_vars: DAPL_IB_MTU for DAPL_OFI_MTU, ...),
+ * else the default.  The DAPL_OFI_ name wins when both are set. */
 const char *dfi_param_str(enum dfi_param_id id);
 long dfi_param_int(enum dfi_param_id id);
 bool dfi_param_set(enum dfi_param_id id);	/* given in the environment */
-/* Warn once about DAPL_OFI_* variables that are not in the table. */
+/* Called once, when logging starts: a warning for each DAPL_OFI_* variable
+ * that is not in the table and for each OFA uDAPL variable dapl-ofi
+ * ignores, an info line for each OFA variable it honours (and which name
+ * won); one line per variable. */
 void dfi_param_check_unknown(void);
+
+/* OFA uDAPL 2.1.10's variables (its providers cma, scm and ucm) and what
+ * dapl-ofi does with each: man/dapl-ofi.7, MIGRATING FROM OFA uDAPL. */
+enum dfi_ofa_use {
+	DFI_OFA_SAME,		/* read as OFA reads it (in the table) */
+	DFI_OFA_AS,		/* honoured as the DAPL_OFI_ variable `as` */
+	DFI_OFA_IGNORED,	/* no meaning over libfabric: one warning */
+};
+
+struct dfi_ofa_var {
+	const char *name;
+	enum dfi_ofa_use use;
+	enum dfi_param_id as;	/* DFI_OFA_AS, DFI_OFA_SAME */
+	const char *why;	/* what it did in OFA uDAPL, why not here */
+};
+
+extern const struct dfi_ofa_var dfi_ofa_vars[];
+extern const int dfi_ofa_nvars;
 
 #endif
