@@ -112,6 +112,13 @@ const struct dfi_param dfi_params[DFI_P_COUNT] = {
 		"The IB transport MTU an IA reports (DAT_IB_TRANSPORT_MTU, "
 		"256 or more) when its ia_params has no mtu=.  OFA uDAPL's "
 		"DAPL_IB_MTU is taken for it when this is not set." },
+	[DFI_P_FAULT_LATE_CONNECTED_MS] = { "DAPL_OFI_FAULT_LATE_CONNECTED_MS", DFI_PARAM_INT, "0",
+		"For tests: on connected-endpoint IAs, the accepting side's "
+		"FI_CONNECTED events reach dapl-ofi this many milliseconds "
+		"late, the events behind them first, as libfabric tcp queues "
+		"one when the thread that sent the accept is preempted before "
+		"it writes the event (docs/rdm.md, \"Order across connections\").  "
+		"0: off." },
 };
 
 /*

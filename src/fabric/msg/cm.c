@@ -4,6 +4,7 @@
 #include "msg.h"
 #include "util/arena.h"
 #include "util/log.h"
+#include "util/param.h"
 
 #include <errno.h>
 #include <stdatomic.h>
@@ -12,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 
 static int msg_eq_open(struct dfi_fabric *f, struct dfi_eq **out)
 {
@@ -24,6 +26,7 @@ static int msg_eq_open(struct dfi_fabric *f, struct dfi_eq **out)
 		return -ENOMEM;
 	q->base.be = &dfi_msg_backend;
 	q->fabric = f->fabric;
+	q->late_ms = dfi_param_int(DFI_P_FAULT_LATE_CONNECTED_MS);
 	rc = fi_eq_open(f->fabric, &attr, &q->eq, NULL);
 	if (rc) {
 		dfi_err(DFI_SS_FABRIC, "fi_eq_open: %s", fi_strerror(-rc));
@@ -56,6 +59,7 @@ static void msg_eq_close(struct dfi_eq *eq)
 		if (q->stash[i].type == DFI_CM_CONNREQ)
 			msg_connreq_free(q->stash[i].req);
 	free(q->stash);
+	free(q->late);
 	fi_close(&q->eq->fid);
 	free(q);
 }
@@ -73,6 +77,8 @@ static int msg_eq_trywait(struct dfi_eq *eq)
 
 	if (atomic_load_explicit(&q->stashed, memory_order_relaxed))
 		return -EAGAIN;		/* read ahead by dfi_pep_close */
+	if (q->n_late)
+		return -EAGAIN;		/* held by the fault switch: look again */
 	rc = fi_trywait(q->fabric, fids, 1);
 
 	return rc == -FI_EAGAIN ? -EAGAIN : rc;
@@ -163,6 +169,7 @@ static int eq_read_fi(struct msg_eq *q, struct dfi_cm_event *ev)
 			ev->plen = dfi_msg_atom_strip(ev->pdata, ev->plen, &peer);
 			if (!e->passive)	/* the accepting side had the request's */
 				dfi_msg_atom_peer(e, &peer);
+			q->last_passive = e->passive;
 		}
 		break;
 	case FI_SHUTDOWN:
@@ -175,9 +182,37 @@ static int eq_read_fi(struct msg_eq *q, struct dfi_cm_event *ev)
 	return 1;
 }
 
+static uint64_t ms_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* The fault switch (DAPL_OFI_FAULT_LATE_CONNECTED_MS): ev, an accepting
+ * side's FI_CONNECTED, is held; false without memory (it goes now). */
+static bool late_hold(struct msg_eq *q, const struct dfi_cm_event *ev)
+{
+	if (q->n_late == q->cap_late) {
+		int cap = q->cap_late ? 2 * q->cap_late : 8;
+		struct msg_late *more = realloc(q->late, (size_t)cap * sizeof(*more));
+
+		if (!more)
+			return false;
+		q->late = more;
+		q->cap_late = cap;
+	}
+	q->late[q->n_late].ev = *ev;
+	q->late[q->n_late].at = ms_now() + (uint64_t)q->late_ms;
+	q->n_late++;
+	return true;
+}
+
 static int msg_eq_read(struct dfi_eq *eq, struct dfi_cm_event *ev)
 {
 	struct msg_eq *q = MSG_EQ(eq);
+	int rc;
 
 	if (q->head < q->n) {
 		*ev = q->stash[q->head++];
@@ -186,7 +221,16 @@ static int msg_eq_read(struct dfi_eq *eq, struct dfi_cm_event *ev)
 		atomic_store_explicit(&q->stashed, q->n - q->head, memory_order_relaxed);
 		return 1;
 	}
-	return eq_read_fi(q, ev);
+	if (q->n_late && ms_now() >= q->late[0].at) {
+		*ev = q->late[0].ev;
+		memmove(q->late, q->late + 1, (size_t)(--q->n_late) * sizeof(*q->late));
+		return 1;
+	}
+	while ((rc = eq_read_fi(q, ev)) == 1 && q->late_ms > 0 && ev->type == DFI_CM_CONNECTED &&
+	       q->last_passive && late_hold(q, ev))
+		q->last_passive = false;
+	q->last_passive = false;
+	return rc;
 }
 
 /* Keep ev for dfi_eq_read; false without memory. */

@@ -18,6 +18,15 @@ struct msg_eq {
 	struct dfi_cm_event *stash;
 	int head, n, cap;
 	atomic_int stashed;	/* n - head, for msg_eq_trywait (no lock) */
+	/* DAPL_OFI_FAULT_LATE_CONNECTED_MS: accepting sides' FI_CONNECTED
+	 * held until late[i].at (ms), oldest first (cm.c) */
+	long late_ms;
+	bool last_passive;	/* eq_read_fi's last: an accepting side's */
+	struct msg_late {
+		struct dfi_cm_event ev;
+		uint64_t at;
+	} *late;
+	int n_late, cap_late;
 };
 
 struct msg_pep {
