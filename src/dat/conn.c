@@ -1375,6 +1375,102 @@ bool dfi_connect_timeouts(struct dfi_ia *ia)
 	return more;
 }
 
+/* ------------------------------------------------ order across connections */
+
+/*
+ * A peer's end of one connection comes after the ESTABLISHEDs it caused
+ * before it on others, as InfiniBand's CM orders them: dtestcm's server
+ * takes the first c events of its connection EVD for its c ESTABLISHEDs.
+ * The RDM backend's manager orders them itself (docs/rdm.md, "Order
+ * across connections").  libfabric's CM does not: tcp 1.17 queues the
+ * accepting side's FI_CONNECTED after it has sent the accept, and a peer
+ * quick to see that accept and disconnect another connection can have
+ * that one's FI_SHUTDOWN queued first, when the thread that sent the
+ * accept is preempted before its fi_eq_write (dtestcm -c 1000 on tcp hung
+ * so 3 times in about 160 runs under load).  So a shutdown of a connected EP is held back
+ * while another EP of the IA has accepted a connection of the same peer
+ * host and is not connected yet, at most HELD_END_MS: the events read
+ * meanwhile go first, the held one behind them.
+ */
+#define HELD_END_MS	2000u
+
+struct dfi_held_end {
+	struct dfi_cm_event e;
+	uint64_t until;
+};
+
+/* Whether e waits for an accept of the same host (cm_lock held). */
+static bool end_waits(struct dfi_ia *ia, const struct dfi_cm_event *e)
+{
+	struct dfi_ep *ep;
+	bool wait = false;
+
+	if (e->type != DFI_CM_SHUTDOWN || dfi_fabric_limits(ia->fab)->cm_ordered)
+		return false;
+	ep = dfi_obj_get(e->ctx, DFI_T_EP);
+	/* (an accepted EP's shutdown may come before its own FI_CONNECTED:
+	 * translate then reports both) */
+	if (!ep || !ep->fep || ep->ud || (ep->state != DAT_EP_STATE_CONNECTED &&
+					  ep->state != DAT_EP_STATE_PASSIVE_CONNECTION_PENDING))
+		return false;
+	pthread_mutex_lock(&ia->lock);	/* the object list; after cm_lock */
+	for (struct dfi_obj *o = ia->objs.next; o != &ia->objs && !wait; o = o->next) {
+		const struct dfi_ep *z = (const struct dfi_ep *)o;
+
+		wait = o->type == DFI_T_EP && z != ep &&
+		       z->state == DAT_EP_STATE_PASSIVE_CONNECTION_PENDING &&
+		       z->remote.sin_addr.s_addr == ep->remote.sin_addr.s_addr;
+	}
+	pthread_mutex_unlock(&ia->lock);
+	return wait;
+}
+
+/* eq_lock held: e is held back; false without memory (it goes now). */
+static bool end_hold(struct dfi_ia *ia, const struct dfi_cm_event *e)
+{
+	if (ia->n_held_ends == ia->cap_held_ends) {
+		int cap = ia->cap_held_ends ? 2 * ia->cap_held_ends : 8;
+		struct dfi_held_end *more = realloc(ia->held_ends, (size_t)cap * sizeof(*more));
+
+		if (!more)
+			return false;
+		ia->held_ends = more;
+		ia->cap_held_ends = cap;
+	}
+	ia->held_ends[ia->n_held_ends].e = *e;
+	ia->held_ends[ia->n_held_ends].until = dfi_now_ns() + HELD_END_MS * 1000000ull;
+	ia->n_held_ends++;
+	atomic_store_explicit(&ia->ends_held, true, memory_order_relaxed);
+	return true;
+}
+
+/* eq_lock and cm_lock held: a held end whose wait is over, into e. */
+static bool end_release(struct dfi_ia *ia, struct dfi_cm_event *e)
+{
+	uint64_t now = dfi_now_ns();
+
+	for (int i = 0; i < ia->n_held_ends; i++) {
+		struct dfi_held_end *h = &ia->held_ends[i];
+
+		if (now < h->until && end_waits(ia, &h->e))
+			continue;
+		*e = h->e;
+		memmove(h, h + 1, (size_t)(ia->n_held_ends - i - 1) * sizeof(*h));
+		if (--ia->n_held_ends == 0)
+			atomic_store_explicit(&ia->ends_held, false, memory_order_relaxed);
+		return true;
+	}
+	return false;
+}
+
+void dfi_cm_held_free(struct dfi_ia *ia)
+{
+	free(ia->held_ends);
+	ia->held_ends = NULL;
+	ia->n_held_ends = ia->cap_held_ends = 0;
+	atomic_store_explicit(&ia->ends_held, false, memory_order_relaxed);
+}
+
 /* Read and deliver every pending CM event (eq_lock held, so that two readers
  * cannot post one EP's events out of order).  An EP that translate() found
  * alive cannot be freed until this returns: the progress thread runs it
@@ -1392,13 +1488,19 @@ int dfi_cm_handle(struct dfi_ia *ia)
 
 	for (;;) {
 		struct cm_post p = { 0 };
-		int rc;
+		bool held = false;
+		int rc = 1;
 
 		pthread_mutex_lock(&ia->cm_lock);
-		rc = dfi_eq_read(ia->eq, &e);
+		if (!ia->n_held_ends || !end_release(ia, &e))
+			while ((rc = dfi_eq_read(ia->eq, &e)) > 0 && end_waits(ia, &e) &&
+			       end_hold(ia, &e))
+				held = true;	/* the events behind it first */
 		if (rc > 0)
 			translate(ia, &e, &p);
 		pthread_mutex_unlock(&ia->cm_lock);
+		if (held)
+			dfi_progress_kick(ia);	/* its tick looks again */
 		if (rc <= 0) {
 			if (rc < 0)
 				dfi_warn(DFI_SS_CM, "reading the event queue: %s", strerror(-rc));

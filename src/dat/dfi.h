@@ -105,6 +105,12 @@ struct dfi_ia {
 	pthread_mutex_t cm_lock;	/* serializes CM events with EP teardown */
 	pthread_mutex_t eq_lock;	/* one EQ reader at a time: events posted in order */
 	struct dfi_eq *eq;
+	/* a peer's shutdowns read from the EQ and held back behind the
+	 * ESTABLISHEDs it caused before them (conn.c, "order across
+	 * connections"; eq_lock) */
+	struct dfi_held_end *held_ends;
+	int n_held_ends, cap_held_ends;
+	atomic_bool ends_held;		/* n_held_ends > 0: the tick looks again */
 	atomic_bool eq_open;		/* eq may be read by a consumer (dfi_cm_pull) */
 	atomic_uint eq_pulls;		/* dequeues from CR and connection EVDs (the EQ's lease) */
 	atomic_uint eq_touches;		/* connects, accepts, disconnects (the same) */
@@ -628,6 +634,9 @@ bool dfi_dto_pool_busy(struct dfi_dto_pool *p);
 bool dfi_dto_pool_idle(struct dfi_dto_pool *p);
 void dfi_zombies_free(struct dfi_ia *ia);
 void dfi_ep_flush_pending(struct dfi_ep *ep);
+/* The shutdowns held back behind an accept of the same host (conn.c): the
+ * IA's EQ is closed, they go with it. */
+void dfi_cm_held_free(struct dfi_ia *ia);
 /* Before a connected EP's endpoint is shut down or closed (without
  * cm_lock): RDMA reads it has out are ended by the provider itself first,
  * for at most a second (dto.c). */

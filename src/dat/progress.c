@@ -645,6 +645,14 @@ static void *progress_main(void *arg)
 			ticking = ticking || rcqs_watched(ia);
 			if (dfi_connect_timeouts(ia))
 				ticking = true;		/* a timed connect pends */
+			/* connection ends held back behind accepts (conn.c) */
+			if (atomic_load_explicit(&ia->ends_held, memory_order_relaxed)) {
+				ticking = true;
+				if (!pthread_mutex_trylock(&ia->eq_lock)) {
+					dfi_cm_handle(ia);
+					pthread_mutex_unlock(&ia->eq_lock);
+				}
+			}
 			tick_at = 0;
 		}
 		if (ia->polling && now >= poll_at) {
@@ -691,8 +699,10 @@ static void *progress_main(void *arg)
 				if (poll_rcqs(ia, !atomic_exchange(&ia->rcq_kick_all, false)) ||
 				    rcqs_watched(ia))
 					ticking = true;
-				/* a kick also announces a connect with a timeout */
-				if (dfi_connect_timeouts(ia))
+				/* a kick also announces a connect with a timeout,
+				 * or a connection end held back (conn.c) */
+				if (dfi_connect_timeouts(ia) ||
+				    atomic_load_explicit(&ia->ends_held, memory_order_relaxed))
 					ticking = true;
 				continue;
 			}
@@ -936,6 +946,7 @@ void dfi_progress_stop(struct dfi_ia *ia)
 	close(ia->kick_fd);
 	dfi_eq_close(ia->eq);
 	ia->eq = NULL;
+	dfi_cm_held_free(ia);
 	ia->progress_on = false;
 }
 

@@ -47,6 +47,10 @@ struct dfi_fabric_limits {
 	 * order (RDM providers: tcp;ofi_rxm completes a large message after a
 	 * small one behind it); the DAT layer puts them back (dto.c) */
 	bool unordered;
+	/* its CM reports a peer's connection events across connections in
+	 * the order the peer caused them (the RDM backend's rcm: docs/rdm.md,
+	 * "Order across connections"); libfabric's CM does not */
+	bool cm_ordered;
 	/* its CQs have no wait fd (shm, efa in 1.17): they are opened with
 	 * none and polled (dfi_cq_fd answers -1; progress.c, polling) */
 	bool polled;

@@ -208,6 +208,7 @@ void dfi_fabric_fill_limits(const struct fi_info *i, bool atomics, struct dfi_fa
 {
 	l->rdm = i->ep_attr->type == FI_EP_RDM;
 	l->unordered = l->rdm;
+	l->cm_ordered = l->rdm;
 	l->ud = l->rdm;		/* rdm/ud.c */
 	l->iov_limit = i->tx_attr->iov_limit;
 	l->rma_iov_limit = i->tx_attr->rma_iov_limit;
