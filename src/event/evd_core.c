@@ -212,8 +212,12 @@ static int arm_source(struct dfi_evq *q)
 			return pulled;
 		}
 		if (rc != -EAGAIN) {
-			dfi_warn(DFI_SS_EVD, "EVD %p: source try-wait failed: %s",
-				 (void *)q->handle, strerror(-rc));
+			/* tcp 1.17 answers ENOENT once for an endpoint it
+			 * disabled while it waited to send (its epoll MOD of a
+			 * socket already out of the set): nothing is wrong */
+			dfi_log(rc == -ENOENT ? DFI_LOG_DEBUG : DFI_LOG_WARN, DFI_SS_EVD,
+				"EVD %p: source try-wait failed: %s", (void *)q->handle,
+				strerror(-rc));
 			return pulled;
 		}
 		if ((n = fill(q)) == 0)

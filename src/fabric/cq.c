@@ -469,11 +469,7 @@ DFI_HOT int dfi_cq_trywait(struct dfi_cq *c)
 		return 0;		/* polled: nothing to arm */
 	fids[0] = &c->cq->fid;
 	rc = fi_trywait(c->fabric, fids, 1);
-	/* tcp 1.17 answers ENOENT once for an endpoint disabled while it
-	 * waited to send (its epoll MOD of a socket that left the set, after
-	 * which it stops trying): look again, as for EAGAIN */
-	if (rc == -FI_ENOENT)
-		return -EAGAIN;
+
 	return rc == -FI_EAGAIN ? -EAGAIN : rc;
 }
 
