@@ -1387,10 +1387,10 @@ bool dfi_connect_timeouts(struct dfi_ia *ia)
  * quick to see that accept and disconnect another connection can have
  * that one's FI_SHUTDOWN queued first, when the thread that sent the
  * accept is preempted before its fi_eq_write (dtestcm -c 1000 on tcp hung
- * so 3 times in about 160 runs under load).  So a shutdown of a connected EP is held back
- * while another EP of the IA has accepted a connection of the same peer
- * host and is not connected yet, at most HELD_END_MS: the events read
- * meanwhile go first, the held one behind them.
+ * so 3 times in about 160 runs under load).  So a shutdown of a connected
+ * EP is held back while another EP of the IA has accepted a connection of
+ * the same peer host and is not connected yet, at most HELD_END_MS: the
+ * events read meanwhile go first, the held one behind them.
  */
 #define HELD_END_MS	2000u
 
