@@ -18,9 +18,7 @@ B=${B:-build}
 INFO=$B/daplofi-info
 DEMO=$B/daplofi-demo
 PERF=$B/daplofi-perf
-n=0 failed=0
-
-bail() { echo "Bail out! $*"; exit 2; }
+. tests/tap.sh
 for p in "$INFO" "$DEMO" "$PERF"; do
 	[ -x "$p" ] || bail "$p not found: run make first (or set B)"
 done
@@ -28,28 +26,12 @@ command -v ss >/dev/null || bail "ss not found: install iproute2 (scripts/deps.s
 LIB=$(cd "$B" && pwd)/libdaplofi.so.2
 . bench/lib.sh
 
-work=$(mktemp -d)
 SRV=
-cleanup() {
+tap_cleanup() {
 	[ -n "$SRV" ] && kill "$SRV" 2>/dev/null && wait "$SRV" 2>/dev/null
-	rm -rf "$work"
 }
-trap cleanup EXIT
 trap 'exit 130' INT TERM
-printf 'leak:_dl_init\n' >"$work/lsan.supp"
-export LSAN_OPTIONS="suppressions=$work/lsan.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 export FI_TCP_IFACE=lo
-
-ok() {
-	n=$((n + 1))
-	if [ "$1" = 0 ]; then
-		echo "ok $n - $2"
-	else
-		echo "not ok $n - $2"
-		failed=$((failed + 1))
-		[ -n "${3:-}" ] && printf '%s\n' "$3" | sed 's/^/#   /'
-	fi
-}
 
 # entries FILE: the IA names of the entries that are not commented out
 entries() { awk '!/^[[:space:]]*(#|$)/ { print $1 }' "$1"; }

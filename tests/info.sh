@@ -12,31 +12,11 @@ set -u
 
 B=${B:-build}
 INFO=$B/daplofi-info
-n=0 failed=0
-
-bail() { echo "Bail out! $*"; exit 2; }
+. tests/tap.sh
 [ -x "$INFO" ] || bail "$INFO not found: run make first (or set B)"
 [ -r "$B/dat.conf" ] || bail "$B/dat.conf not found: run make first (or set B)"
 LIB=$(cd "$B" && pwd)/libdaplofi.so.2
 CONF=$(cd "$B" && pwd)/dat.conf
-
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-# ASan builds: libraries that dlopen pulls in keep what their constructors
-# allocate (as tests/examples.sh)
-printf 'leak:_dl_init\n' >"$work/lsan.supp"
-export LSAN_OPTIONS="suppressions=$work/lsan.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
-
-ok() {
-	n=$((n + 1))
-	if [ "$1" = 0 ]; then
-		echo "ok $n - $2"
-	else
-		echo "not ok $n - $2"
-		failed=$((failed + 1))
-		[ -n "${3:-}" ] && printf '%s\n' "$3" | sed 's/^/#   /'
-	fi
-}
 
 # info NAME ARGS...: run daplofi-info; $NAME.out, $NAME.err, $rc
 info() {

@@ -25,9 +25,7 @@ INFO=$B/daplofi-info
 DEMO=$B/daplofi-demo
 PERF=$B/daplofi-perf
 OFA_CONF=tests/package/libdapl2-dat.conf
-n=0 failed=0
-
-bail() { echo "Bail out! $*"; exit 2; }
+. tests/tap.sh
 for p in "$INFO" "$DEMO" "$PERF"; do
 	[ -x "$p" ] || bail "$p not found: run make first (or set B)"
 done
@@ -36,30 +34,14 @@ command -v ss >/dev/null || bail "ss not found: install iproute2 (scripts/deps.s
 LIB=$(cd "$B" && pwd)/libdaplofi.so.2
 . bench/lib.sh
 
-work=$(mktemp -d)
 SRV=
-cleanup() {
+tap_cleanup() {
 	[ -n "$SRV" ] && kill "$SRV" 2>/dev/null && wait "$SRV" 2>/dev/null
-	rm -rf "$work"
 }
-trap cleanup EXIT
 trap 'exit 130' INT TERM
-printf 'leak:_dl_init\n' >"$work/lsan.supp"
-export LSAN_OPTIONS="suppressions=$work/lsan.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 export FI_TCP_IFACE=lo
 # the runner's log level would hide the lines this test counts
 unset DAPL_OFI_LOG_LEVEL
-
-ok() {
-	n=$((n + 1))
-	if [ "$1" = 0 ]; then
-		echo "ok $n - $2"
-	else
-		echo "not ok $n - $2"
-		failed=$((failed + 1))
-		[ -n "${3:-}" ] && printf '%s\n' "$3" | sed 's/^/#   /'
-	fi
-}
 
 # OFA's file as its package writes it, then dapl-ofi's block as the
 # packages' scripts append it (a newline first: OFA's file has none)
