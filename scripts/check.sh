@@ -7,7 +7,8 @@ set -u
 # working directory on a crash: the sanitizers and the runners report it
 export IPATH_NO_BACKTRACE=1
 jobs=$(nproc 2>/dev/null || echo 2)
-step() { echo "== $*"; }
+# each step says when it started, so a slow CI run shows where its time went
+step() { printf '== %s (at %dm%02ds)\n' "$*" $((SECONDS / 60)) $((SECONDS % 60)); }
 die() { echo "$*" >&2; echo "0 passed, 1 failed"; exit 1; }
 
 step "build (gcc)";          make -s -j"$jobs" all tests >/dev/null || die "gcc build failed"
@@ -38,6 +39,26 @@ tally() {
 	set -- $line
 	total_pass=$((total_pass + $2)) total_fail=$((total_fail + $3)) total_skip=$((total_skip + $4))
 }
+# tap_step NAME LIMIT CMD...: one script that prints TAP, run under a
+# timeout into build/NAME.log and counted; its lines are shown, and a
+# failure's "#" lines go to the closing list
+tap_step() {
+	local name=$1 limit=$2 log=build/$1.log rc p f s; shift 2
+	timeout --kill-after=30 "$limit" "$@" > "$log" 2>&1
+	rc=$?
+	s=$(grep -cE '^ok [0-9]+.*# SKIP' "$log")
+	p=$(( $(grep -cE '^ok [0-9]+' "$log") - s ))
+	f=$(grep -cE '^not ok [0-9]+' "$log")
+	[ "$rc" -ne 0 ] && [ "$f" -eq 0 ] && f=1
+	total_pass=$((total_pass + p)) total_fail=$((total_fail + f)) total_skip=$((total_skip + s))
+	printf '  %s %d passed, %d failed, %d skipped (exit %d), log: %s\n' \
+		"$name" "$p" "$f" "$s" "$rc" "$log"
+	[ "$f" -eq 0 ] && return
+	{
+		echo "  $name $f FAILED (exit $rc), log: $log"
+		grep -E '^not ok|^#' "$log" | head -40 | sed 's/^/      | /'
+	} | tee -a "$CHECK_FAILURES"
+}
 out=$(mktemp)
 step "tests (gcc)";          tests/run.sh plain build all | tee "$out"; tally "$out"
 step "tests (ASan+UBSan)";   tests/run.sh asan build/asan all | tee "$out"; tally "$out"
@@ -61,33 +82,13 @@ fi
 # it was (about 40 s, plus installing lintian on a fresh machine); one skip
 # when not root
 step "Debian packages (tests/package/deb.sh: make deb, lintian, install, dtest via /etc/dat.conf, purge)"
-timeout --kill-after=60 600 tests/package/deb.sh > build/package-deb.log 2>&1
-rc=$?
-s=$(grep -cE '^ok [0-9]+.*# SKIP' build/package-deb.log)
-p=$(( $(grep -cE '^ok [0-9]+' build/package-deb.log) - s ))
-f=$(grep -cE '^not ok [0-9]+' build/package-deb.log)
-[ "$rc" -ne 0 ] && [ "$f" -eq 0 ] && f=1
-total_pass=$((total_pass + p)) total_fail=$((total_fail + f)) total_skip=$((total_skip + s))
-printf '  package-deb %d passed, %d failed, %d skipped (exit %d), log: build/package-deb.log\n' \
-	"$p" "$f" "$s" "$rc"
-[ "$f" -eq 0 ] || grep -E '^not ok|^#   ' build/package-deb.log | head -40 | sed 's/^/      | /'
-[ "$f" -eq 0 ] || echo "  package-deb $f FAILED (exit $rc), log: build/package-deb.log" >> "$CHECK_FAILURES"
+tap_step package-deb 600 tests/package/deb.sh
 # the RPM packages: built from the make dist tarball (make rpm, Debian's
 # rpmbuild), rpmlint without error, installed and erased in scratch roots
 # (rpm --root), /etc/dat.conf there byte for byte as before (about 10 s,
 # plus installing rpm and rpmlint on a fresh machine); one skip when not root
 step "RPM packages (tests/package/rpm.sh: make rpm, rpmlint, rpm -i/-e in a scratch root)"
-timeout --kill-after=30 300 tests/package/rpm.sh > build/package-rpm.log 2>&1
-rc=$?
-s=$(grep -cE '^ok [0-9]+.*# SKIP' build/package-rpm.log)
-p=$(( $(grep -cE '^ok [0-9]+' build/package-rpm.log) - s ))
-f=$(grep -cE '^not ok [0-9]+' build/package-rpm.log)
-[ "$rc" -ne 0 ] && [ "$f" -eq 0 ] && f=1
-total_pass=$((total_pass + p)) total_fail=$((total_fail + f)) total_skip=$((total_skip + s))
-printf '  package-rpm %d passed, %d failed, %d skipped (exit %d), log: build/package-rpm.log\n' \
-	"$p" "$f" "$s" "$rc"
-[ "$f" -eq 0 ] || grep -E '^not ok|^#   ' build/package-rpm.log | head -40 | sed 's/^/      | /'
-[ "$f" -eq 0 ] || echo "  package-rpm $f FAILED (exit $rc), log: build/package-rpm.log" >> "$CHECK_FAILURES"
+tap_step package-rpm 300 tests/package/rpm.sh
 # the libFuzzer targets (tests/fuzz/README.md) for 20 s each (make fuzz:
 # 300): clang's build in build/fuzz, then fuzz_params, fuzz_api and
 # fuzz_pdata from their corpus in the tree (about 90 s with the build).  A
@@ -95,17 +96,7 @@ printf '  package-rpm %d passed, %d failed, %d skipped (exit %d), log: build/pac
 # clang's fuzzer runtime, or without a network namespace for the targets
 # that connect (not root, no user namespaces), they are skipped
 step "fuzz targets (tests/fuzz/run.sh: every tests/fuzz/fuzz_*.c, ${CHECK_FUZZ_SECONDS:-20} s each)"
-FUZZ_SECONDS=${CHECK_FUZZ_SECONDS:-20} timeout --kill-after=30 900 tests/fuzz/run.sh \
-	> build/fuzz-check.log 2>&1
-rc=$?
-s=$(grep -cE '^ok [0-9]+.*# SKIP' build/fuzz-check.log)
-p=$(( $(grep -cE '^ok [0-9]+' build/fuzz-check.log) - s ))
-f=$(grep -cE '^not ok [0-9]+' build/fuzz-check.log)
-[ "$rc" -ne 0 ] && [ "$f" -eq 0 ] && f=1
-total_pass=$((total_pass + p)) total_fail=$((total_fail + f)) total_skip=$((total_skip + s))
-grep -E '^(not )?ok [0-9]+|^#' build/fuzz-check.log | sed 's/^/  /'
-[ "$f" -eq 0 ] || echo "  FUZZ FAILED (exit $rc): log build/fuzz-check.log; the reproducer is named above" |
-	tee -a "$CHECK_FAILURES"
+FUZZ_SECONDS=${CHECK_FUZZ_SECONDS:-20} tap_step fuzz 900 tests/fuzz/run.sh
 rm -f "$out"
 if [ -s "$CHECK_FAILURES" ] || [ "$total_fail" -ne 0 ]; then
 	echo "== what failed (each log is named; the steps above say more)"
