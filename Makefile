@@ -220,11 +220,18 @@ check: deps
 
 # The soak across the two test hosts (tests/hosts/soak.sh, root): 256
 # connections moving verified sends, RDMA writes and reads for
-# SOAK_SECONDS while the network loses, flaps and partitions under them
-# (SOAK_SEED repeats a run's faults); make check runs a 60 s slice.
+# SOAK_SECONDS on each fabric of SOAK_FABRICS in turn while the network
+# loses, flaps and partitions under them (SOAK_SEED repeats a run's
+# faults).  Each run is appended to SOAK_LEDGER; tests/hosts/soak-hours
+# sums it for bench/RESULTS.md.  make check runs a slice.
 SOAK_SECONDS ?= 300
+SOAK_FABRICS ?= ofi-host ofi-host-net ofi-host-rxm ofi-host-rdm
+SOAK_LEDGER  ?= bench/soak-ledger.tsv
 soak: all $(SOAK)
-	@B=$(B) SOAK_SECONDS=$(SOAK_SECONDS) tests/hosts/soak.sh
+	@rc=0; for ia in $(SOAK_FABRICS); do \
+		B=$(B) SOAK_SECONDS=$(SOAK_SECONDS) SOAK_IA=$$ia SOAK_LEDGER=$(SOAK_LEDGER) \
+			tests/hosts/soak.sh || rc=1; \
+	done; tests/hosts/soak-hours $(SOAK_LEDGER); exit $$rc
 
 # The Promela model of the upcall protocol, every configuration (model/README.md).
 model: ; @model/check.sh
@@ -348,7 +355,7 @@ clean:
 help:
 	@echo "make            build $(SONAME), tools and $(DATCONF) in $(B)/"
 	@echo "make check      install missing packages, build (gcc, clang, ASan+UBSan, TSan), run every test"
-	@echo "make soak       256 connections across two test hosts under random faults for SOAK_SECONDS=$(SOAK_SECONDS) (root)"
+	@echo "make soak       256 connections across two test hosts under random faults, SOAK_SECONDS=$(SOAK_SECONDS) on each fabric (root)"
 	@echo "make demo       install missing packages, build, run the demo through the stock registry"
 	@echo "make bench      dapl-ofi against raw libfabric: 5 alternating runs, medians, ratios, targets"
 	@echo "make bench-smoke  the same in seconds, tiny counts: fails only if a program misbehaves"

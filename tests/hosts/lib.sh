@@ -55,9 +55,11 @@ hosts_up() {
 	command -v nft >/dev/null || { echo "hosts: nft (Debian nftables) is missing" >&2; return 77; }
 	HOSTS_DIR=${HOSTS_DIR:-$(mktemp -d)}
 	HOSTS_DATCONF=$HOSTS_DIR/dat.conf
-	# ofi-host-rdm: the RDM backend on net's reliable-datagram endpoints;
-	# ofi-host-rxm: on tcp;ofi_rxm's
+	# ofi-host-net: net's connected endpoints; ofi-host-rdm: the RDM
+	# backend on net's reliable-datagram endpoints; ofi-host-rxm: on
+	# tcp;ofi_rxm's
 	{ echo "ofi-host u2.0 nonthreadsafe default $lib dapl.2.0 \"tcp veth0\" \"\""
+	  echo "ofi-host-net u2.0 nonthreadsafe default $lib dapl.2.0 \"net veth0\" \"\""
 	  echo "ofi-host-rdm u2.0 nonthreadsafe default $lib dapl.2.0 \"net veth0 ep=rdm\" \"\""
 	  echo "ofi-host-rxm u2.0 nonthreadsafe default $lib dapl.2.0 \"tcp;ofi_rxm veth0\" \"\""
 	} > "$HOSTS_DATCONF"

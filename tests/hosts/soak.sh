@@ -17,7 +17,12 @@
 #   programs, see tests/hosts/soak.c), SOAK_RSS_KB (how much RSS may grow,
 #   8192 KiB, see soak.c; a build with ASan gets 512 MiB: its allocator
 #   holds 256 MiB of freed memory in quarantine, and LeakSanitizer checks
-#   for leaks at exit instead), SOAK_KEEP=1 keeps the logs.
+#   for leaks at exit instead), SOAK_KEEP=1 keeps the logs, SOAK_IA the
+#   fabric (an entry of lib.sh's dat.conf: ofi-host, tcp's connected
+#   endpoints, by default; ofi-host-net, ofi-host-rxm, ofi-host-rdm),
+#   SOAK_LEDGER=FILE appends one line for the run to FILE (when, commit,
+#   fabric, seconds, seed, faults, result: tests/hosts/soak-hours sums
+#   it).
 # The test hosts load the library of $B (B=build/asan: the ASan one).
 # Prints TAP; "1..0 # SKIP" where the hosts cannot be made (not root, no nft).
 set -u
@@ -25,6 +30,7 @@ B=${B:-build}
 SECS=${SOAK_SECONDS:-300}
 SEED=${SOAK_SEED:-$(( $(date +%s%N) / 1000 % 1000000 ))}
 CONNS=${SOAK_CONNS:-256}
+IA=${SOAK_IA:-ofi-host}
 T=3000			# the peer timeout (ms), as in faults.sh
 PORT=18800
 here=$(cd "$(dirname "$0")" && pwd)
@@ -47,9 +53,9 @@ hosts_up_tap "$PWD/$B/libdaplofi.so.2"
 
 now_ms() { date +%s%3N; }
 echo "# seed $SEED (SOAK_SEED=$SEED repeats these faults and the client's own disconnects)"
-echo "# $CONNS connections, $SECS s, peer timeout $T ms, RSS may grow by $RSS_KB KiB"
+echo "# $IA: $CONNS connections, $SECS s, peer timeout $T ms, RSS may grow by $RSS_KB KiB"
 RANDOM=$SEED
-args=(-n ofi-host -p $PORT -C "$CONNS" -t "$SECS" -S "$SEED" -R "$RSS_KB" ${SOAK_ARGS:-})
+args=(-n "$IA" -p $PORT -C "$CONNS" -t "$SECS" -S "$SEED" -R "$RSS_KB" ${SOAK_ARGS:-})
 hosts_spawn b "$work/b.log" env DAPL_OFI_PEER_TIMEOUT_MS=$T "$PROG" -s "${args[@]}"
 pb=$HOSTS_PID
 for _ in $(seq 200); do grep -q '^phase 0' "$work/b.log" 2>/dev/null && break; sleep 0.05; done
@@ -148,7 +154,8 @@ for s in a b; do
 	[ -n "$p" ] && p+=$'\n'
 done
 [ -n "$p" ] && for s in a b; do p+=$(tail -n 15 "$work/$s.log" | sed "s/^/$s| /")$'\n'; done
-ok "soak: $CONNS connections, $SECS s, $nfaults faults (seed $SEED): no violation on either side" "$p"
+ok "soak on $IA: $CONNS connections, $SECS s, $nfaults faults (seed $SEED): no violation on either side" "$p"
+soak_ok=$([ -z "$p" ] && echo ok || echo FAIL)
 
 p=""
 for w in "a send" "a read" "b send" "b write"; do
@@ -187,4 +194,15 @@ for s in a b; do
 done
 ok "open files, RSS, LMRs and RMRs back to the warm-up's on both sides, the IA closes" "$p"
 echo "1..$n"
+if [ -n "${SOAK_LEDGER:-}" ]; then
+	# "violation": the soak's own verdict failed (a wrong, lost-for-good
+	# or duplicate completion, a crash); "failed": only the harness's
+	# other checks (reconnection, resources)
+	r=ok
+	[ "$nfail" -eq 0 ] || r=failed
+	[ "$soak_ok" = ok ] || r=violation
+	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$(date -u +%Y-%m-%dT%H:%MZ)" \
+		"$(git rev-parse --short HEAD 2>/dev/null || echo -)" "$IA" "$SECS" "$SEED" \
+		"$nfaults" "$r" >> "$SOAK_LEDGER"
+fi
 [ "$nfail" -eq 0 ]
