@@ -1,8 +1,11 @@
 #!/bin/bash
 # make check: build with gcc and clang (warnings are errors), build the
-# ASan+UBSan and TSan variants, run every test in each, print one closing
-# line "N passed, N failed" and fail if anything failed.
+# ASan+UBSan and TSan variants, run the tests of each, print one closing
+# line "N passed, N failed" and fail if anything failed.  CHECK_LEVEL=all
+# (make check-all) runs every combination and fuzzes longer; make check
+# leaves out what repeats a covered path (tests/run.sh, `later`).
 set -u
+export CHECK_LEVEL=${CHECK_LEVEL:-ci}
 # libinfinipath (loaded by libfabric) writes a backtrace file into the
 # working directory on a crash: the sanitizers and the runners report it
 export IPATH_NO_BACKTRACE=1
@@ -89,14 +92,15 @@ tap_step package-deb 600 tests/package/deb.sh
 # plus installing rpm and rpmlint on a fresh machine); one skip when not root
 step "RPM packages (tests/package/rpm.sh: make rpm, rpmlint, rpm -i/-e in a scratch root)"
 tap_step package-rpm 300 tests/package/rpm.sh
-# the libFuzzer targets (tests/fuzz/README.md) for 20 s each (make fuzz:
-# 300): clang's build in build/fuzz, then fuzz_params, fuzz_api and
-# fuzz_pdata from their corpus in the tree (about 90 s with the build).  A
+# the libFuzzer targets (tests/fuzz/README.md) for 10 s each (check-all:
+# 60, make fuzz: 300): clang's build in build/fuzz, then each target from
+# its corpus in the tree (about 70 s with the build).  A
 # crash, leak or hang fails with the path of its reproducer; without
 # clang's fuzzer runtime, or without a network namespace for the targets
 # that connect (not root, no user namespaces), they are skipped
-step "fuzz targets (tests/fuzz/run.sh: every tests/fuzz/fuzz_*.c, ${CHECK_FUZZ_SECONDS:-20} s each)"
-FUZZ_SECONDS=${CHECK_FUZZ_SECONDS:-20} tap_step fuzz 900 tests/fuzz/run.sh
+fuzz_s=${CHECK_FUZZ_SECONDS:-$([ "$CHECK_LEVEL" = all ] && echo 60 || echo 10)}
+step "fuzz targets (tests/fuzz/run.sh: every tests/fuzz/fuzz_*.c, $fuzz_s s each)"
+FUZZ_SECONDS=$fuzz_s tap_step fuzz 900 tests/fuzz/run.sh
 rm -f "$out"
 if [ -s "$CHECK_FAILURES" ] || [ "$total_fail" -ne 0 ]; then
 	echo "== what failed (each log is named; the steps above say more)"
