@@ -842,6 +842,7 @@ DAT_RETURN dfi_ep_disconnect(DAT_EP_HANDLE h, DAT_CLOSE_FLAGS flags)
 	DAT_RETURN rc = DAT_SUCCESS;
 	DAT_EP_STATE st;
 	bool self_report = false, broken;
+	int err;
 
 	(void)flags;	/* graceful and abrupt both shut the connection down */
 	if (!ep)
@@ -864,8 +865,10 @@ DAT_RETURN dfi_ep_disconnect(DAT_EP_HANDLE h, DAT_CLOSE_FLAGS flags)
 			/* no connection: its receives complete flushed */
 			ep_lost(ep);
 			self_report = true;
-		} else if (dfi_fep_shutdown(ep->fep)) {
+		} else if ((err = dfi_fep_shutdown(ep->fep))) {
 			/* no local FI_SHUTDOWN will come: report it ourselves */
+			dfi_dbg(DFI_SS_CM, "EP %p: no connection left to shut down (%s)", (void *)ep,
+				strerror(-err));
 			dfi_ep_set_state(ep, DAT_EP_STATE_DISCONNECTED);
 			self_report = true;
 		}

@@ -436,6 +436,14 @@ void dfi_ep_destroy(struct dfi_ep *ep)
 		dfi_evq_source_flush(&ep->req_evd->q);
 	if (ep->recv_evd && ep->recv_evd != ep->req_evd && rbusy)
 		dfi_evq_source_flush(&ep->recv_evd->q);
+	if (sbusy || rbusy) {
+		int nr = dfi_dto_pool_posted(ep->recvq), ns = dfi_dto_pool_posted(ep->sendq);
+
+		if (nr || ns)
+			dfi_info(DFI_SS_EP, "EP %p freed with %d receive(s) and %d request(s) not "
+				 "completed yet: their completions are dropped (DAT allows it)",
+				 (void *)ep, nr, ns);
+	}
 	dfi_ep_dto_orphan(ep);
 	dfi_dto_pool_release(ia, ep->sendq);
 	dfi_dto_pool_release(ia, ep->recvq);

@@ -352,6 +352,14 @@ static int source_notify(struct dfi_evq *q, bool run_upcalls, bool flush)
 		return 1;
 	}
 	n = fill(q);
+	/* An EP is going away: all its source holds, not one batch.  A fill
+	 * stops at a short read, and one may be short with more behind it
+	 * (the CQ's read-ahead's remainder; completions not reported, as a
+	 * suppressed send's); what a flush leaves is dropped with the EP's
+	 * pool, and a receive's cancellation among it was lost (the soak on
+	 * net's RDM endpoints: 8 receives never completed). */
+	for (int k; flush && (k = fill(q)) > 0;)
+		n += k;
 	if (flush && n == 0) {
 		/* nothing moved: the arm, if any, still holds (a try-wait
 		 * on libfabric 1.17 tcp walks every EP of the CQ, so freeing

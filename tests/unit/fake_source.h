@@ -17,6 +17,9 @@
  *     after_arm runs inside trywait right after arming (trywait still returns 0);
  *   - fake_source_spurious() makes the fd readable with no completion (scenario 25);
  *   - fake_source_set_trywait_error() makes trywait fail (D12);
+ *   - fake_source_set_read_cap() makes read() short with more behind it, as
+ *     the CQ source is when its read-ahead holds a remainder, or when it
+ *     reports fewer completions than it read (suppressed ones);
  *   - counters: reads, read_ones, events read, trywaits, arms, fd signals,
  *     spurious.
  *
@@ -55,6 +58,7 @@ struct fake_source {
 	bool armed;
 	bool dead;
 	int trywait_error;		/* != 0: trywait returns it */
+	int read_cap;			/* != 0: read() moves at most this many */
 	fake_source_hook before_arm, after_arm;
 	void *before_arm_arg, *after_arm_arg;
 
@@ -110,6 +114,8 @@ static inline int fake_source_read(void *ctx, DAT_EVENT *ev, int max)
 	atomic_fetch_add(&fs->n_reads, 1);
 	if (max > 0 && (uint64_t)max > atomic_load(&fs->n_max_read))
 		atomic_store(&fs->n_max_read, (uint64_t)max);
+	if (fs->read_cap && max > fs->read_cap)
+		max = fs->read_cap;
 	return fake_source__take(fs, ev, max);
 }
 
@@ -272,6 +278,11 @@ static inline void fake_source_set_hooks(struct fake_source *fs,
 	fs->after_arm = after_arm;
 	fs->after_arm_arg = after_arg;
 	pthread_mutex_unlock(&fs->lock);
+}
+
+static inline void fake_source_set_read_cap(struct fake_source *fs, int cap)
+{
+	fs->read_cap = cap;
 }
 
 static inline void fake_source_set_trywait_error(struct fake_source *fs, int err)

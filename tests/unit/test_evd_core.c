@@ -2191,6 +2191,40 @@ static void test_source_notify_fills_free_slots_only(void **state)
 	fake_source_free(fs);
 }
 
+/* dfi_evq_source_flush takes all the source holds, as far as the ring has
+ * room, even when each read is short with more behind it: what a flush
+ * leaves is dropped with the freed EP's pool (the soak on net's RDM
+ * endpoints lost the cancellations of an ended connection's 8 receives
+ * behind a short read of the CQ's read-ahead). */
+static void test_source_flush_takes_all_behind_short_reads(void **state)
+{
+	struct dfi_evq *aq = evq_new_async(16);
+	struct dfi_evq *q = evq_new(16, DAT_EVD_DTO_FLAG, aq);
+	struct fake_source *fs = fake_source_new();
+	DAT_EVENT ev;
+
+	(void)state;
+	fake_source_attach(fs, q);
+	fake_source_set_read_cap(fs, 3);
+	inject_dtos(fs, 0, 8);
+	dfi_evq_source_flush(q);
+	assert_int_equal(dfi_evq_count(q), 8);
+	assert_int_equal(fake_source_pending(fs), 0);
+	for (int i = 0; i < 8; i++) {
+		assert_int_equal(dfi_evq_dequeue(q, &ev), DAT_SUCCESS);
+		assert_int_equal(ev.event_data.dto_completion_event_data.user_cookie.as_64, i);
+	}
+
+	/* no further than the ring's room: the rest stays in the source */
+	inject_dtos(fs, 8, 28);
+	dfi_evq_source_flush(q);
+	assert_int_equal(dfi_evq_count(q), 16);
+	assert_int_equal(fake_source_pending(fs), 4);
+	evq_free(q);
+	evq_free(aq);
+	fake_source_free(fs);
+}
+
 /* dfi_evq_source_flush (an EP feeding the EVD is freed): an empty source
  * is left as it was, with no try-wait (on libfabric 1.17 tcp one walks
  * every EP of the CQ); what the source holds enters the ring, and an arm
@@ -2493,6 +2527,7 @@ int main(void)
 		evtest(test_dequeue_polls_source),
 		evtest(test_source_notify_fills_free_slots_only),
 		evtest(test_source_flush_no_trywait_when_empty),
+		evtest(test_source_flush_takes_all_behind_short_reads),
 		evtest(test_consumer_calls_counted),
 		evtest(test_consumer_drives_rules),
 		evtest(test_s25_spurious_wakeups_honour_timeout),
