@@ -866,10 +866,11 @@ DAT_RETURN dfi_ep_disconnect(DAT_EP_HANDLE h, DAT_CLOSE_FLAGS flags)
 			ep_lost(ep);
 			self_report = true;
 		} else if ((err = dfi_fep_shutdown(ep->fep))) {
-			/* no local FI_SHUTDOWN will come: report it ourselves */
+			/* no local FI_SHUTDOWN will come: report it ourselves,
+			 * its receives flushed as for any end */
 			dfi_dbg(DFI_SS_CM, "EP %p: no connection left to shut down (%s)", (void *)ep,
 				strerror(-err));
-			dfi_ep_set_state(ep, DAT_EP_STATE_DISCONNECTED);
+			ep_lost(ep);
 			self_report = true;
 		}
 		break;
@@ -1323,6 +1324,7 @@ static int ud_timeouts(struct dfi_ia *ia, struct dfi_ep *ep, uint64_t now, struc
 bool dfi_connect_timeouts(struct dfi_ia *ia)
 {
 	struct cm_post posts[16];
+	struct dfi_ep *gone[16];
 	uint64_t now = dfi_now_ns();
 	bool more = false;
 	int n = 0;
@@ -1364,10 +1366,16 @@ bool dfi_connect_timeouts(struct dfi_ia *ia)
 		dfi_fep_shutdown(ep->fep);		/* give up the attempt */
 		memset(&posts[n], 0, sizeof(posts[n]));
 		conn_event(&posts[n], ep, DAT_CONNECTION_EVENT_TIMED_OUT, NULL, 0);
-		n++;
+		gone[n++] = ep;
 	}
 	ia->connect_timers = more;
 	pthread_mutex_unlock(&ia->lock);
+	/* Its receives went to its endpoint at the connect: they come back
+	 * flushed (on an RDM endpoint, shared with other EPs, nothing else
+	 * would end them; the soak found 8 never completed).  After ia->lock:
+	 * ep_lost takes the post lock. */
+	for (int i = 0; i < n; i++)
+		ep_lost(gone[i]);
 	pthread_mutex_unlock(&ia->cm_lock);
 	for (int i = 0; i < n; i++) {
 		if (!posts[i].q)

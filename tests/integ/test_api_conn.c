@@ -727,11 +727,16 @@ static void test_no_listener_then_reset_reconnect(void **state)
 	alarm(0);
 }
 
+static void expect_flushed(DAT_EVD_HANDLE evd, DAT_EP_HANDLE ep, uint64_t base, int n,
+			   unsigned ms, const char *who);
+
 /* A peer that takes the TCP connection and never answers the connection
  * request (a plain socket that never reads): the connect ends with
  * TIMED_OUT naming the EP once dat_ep_connect's timeout has passed, not
- * never (libfabric has no connect timeout of its own), and not early;
- * after dat_ep_reset the EP connects for real. */
+ * never (libfabric has no connect timeout of its own), and not early; the
+ * receives posted before it come back flushed (on an RDM IA they were on
+ * an endpoint shared with other EPs, where nothing else ends them); after
+ * dat_ep_reset the EP connects for real. */
 static void test_connect_timeout_silent_peer(void **state)
 {
 	struct pair *p = *state;
@@ -747,6 +752,8 @@ static void test_connect_timeout_silent_peer(void **state)
 	assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
 	assert_int_equal(listen(fd, 16), 0);
 	assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &alen), 0);
+	for (int i = 0; i < 3; i++)
+		assert_ok(post_recv1(&p->c, (size_t)i * 1024, 1024, 0x7100 + (uint64_t)i));
 	t0 = now_ns();
 	assert_ok(dat_ep_connect(p->c.ep, (DAT_IA_ADDRESS_PTR)&a, ntohs(a.sin_port), 300 * MS,
 				 0, NULL, DAT_QOS_BEST_EFFORT, DAT_CONNECT_DEFAULT_FLAG));
@@ -770,6 +777,7 @@ static void test_connect_timeout_silent_peer(void **state)
 	assert_int_equal(ep_state(p->s.ep), DAT_EP_STATE_DISCONNECTED);
 	expect_empty(p->c.conn, 200, "client after TIMED_OUT");	/* nothing more */
 	expect_empty(p->s.conn, 0, "second EP after TIMED_OUT");
+	expect_flushed(p->c.rcv, p->c.ep, 0x7100, 3, 2000, "client after TIMED_OUT");
 	close(fd);
 	assert_ok(dat_ep_reset(p->c.ep));
 	assert_ok(dat_ep_reset(p->s.ep));
