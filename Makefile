@@ -115,11 +115,11 @@ $(B)/upcall-echo: $(call obj,examples/upcall_echo.c)
 	$(CC) -o $@ $^ $(ALL_LDFLAGS) -ldat2
 
 # The benchmark links only -ldat2, like any DAT program; fi-raw links
-# libfabric directly and shares the test engine (tools/perf_common.h).
-$(B)/daplofi-perf: $(call obj,tools/daplofi-perf.c)
+# libfabric directly.  Both link the one test engine (tools/perf/perf.c).
+$(B)/daplofi-perf: $(call obj,tools/daplofi-perf.c tools/perf/perf.c)
 	$(CC) -o $@ $^ $(ALL_LDFLAGS) -ldat2
 
-$(FIRAW): $(call obj,bench/fi-raw.c)
+$(FIRAW): $(call obj,bench/fi-raw.c tools/perf/perf.c)
 	$(CC) -o $@ $^ $(ALL_LDFLAGS) $(FABRIC_LIBS)
 
 $(PAGEWALK): $(call obj,bench/pagewalk.c)

@@ -1,7 +1,7 @@
 /*
  * fi-raw: the raw-libfabric counterpart of daplofi-perf, for bench/compare.
  *
- * It runs the very same test bodies (tools/perf_common.h) over libfabric
+ * It runs the very same test bodies (tools/perf/perf.c) over libfabric
  * directly, with the settings dapl-ofi uses (src/fabric/fabric.c, cm.c):
  * FI_EP_MSG, FI_MSG|FI_RMA, FI_SOCKADDR_IN, no mode bits, mr_mode hints
  * LOCAL|VIRT_ADDR|ALLOCATED|PROV_KEY and then VIRT_ADDR|PROV_KEY forced into
@@ -46,16 +46,22 @@
 #include <rdma/fi_rma.h>
 #include <rdma/fi_atomic.h>
 
-#include "../tools/perf_common.h"
+#include "../tools/perf/perf.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #define TOOL		"fi-raw"
 #define FIRAW_FI_VERSION FI_VERSION(1, 17)

@@ -9,7 +9,7 @@
  *   local:   daplofi-perf -t events | wake | cno [-m poll|wait|cno]
  *
  * The test bodies, options and output are shared with bench/fi-raw (raw
- * libfabric) in perf_common.h; this file is the DAT transport: setup,
+ * libfabric) in perf/perf.c; this file is the DAT transport: setup,
  * connection, posts, and completions by polling (dat_evd_dequeue), waiting
  * (dat_evd_wait) or a CNO (dat_cno_wait), plus the local event-core tests.
  */
@@ -23,12 +23,17 @@
 #endif
 #endif
 
-#include "perf_common.h"
+#include "perf/perf.h"
 
 #include <arpa/inet.h>
+#include <inttypes.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/socket.h>
 
 #include <stdatomic.h>

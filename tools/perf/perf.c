@@ -1,96 +1,39 @@
 /*
- * The benchmark engine shared by daplofi-perf (DAT, through the stock
- * registry) and bench/fi-raw (raw libfabric): options, the plan the client
- * hands the server in the connection's private data, the test bodies, the
- * statistics and the output (table, CSV, JSON).
- *
- * Both programs run the *same* test bodies; only the transport differs (a
- * struct perf_ops of post / completion calls).  That is what makes their
- * figures comparable: same message counts, same window, same order of
- * posts, same clock.
- *
- * Header-only (static inline), so each program stays one file plus this.
- * No DAT and no libfabric type appears here.
+ * The benchmark engine (perf.h): one object linked into daplofi-perf and
+ * bench/fi-raw, so the test bodies whose figures the two programs compare
+ * are built once, and read and changed in one place.
  */
-#ifndef PERF_COMMON_H
-#define PERF_COMMON_H
+#include "perf.h"
 
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdarg.h>
-#include <stdbool.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <time.h>
 #include <unistd.h>
 
 #define PERF_DEFAULT_PORT	18515
-#define PERF_MAX_SIZES		24
-#define PERF_MAX_TESTS		8
 #define PERF_MAX_SIZE		(64u << 20)	/* largest message: 64 MiB */
-#define PERF_MAX_WINDOW		1000		/* tcp grants 1024 per queue */
-#define PERF_READ_WINDOW	16		/* RDMA reads in flight (DAT max_rdma_read_out) */
 #define PERF_BW_BYTES_CAP	(1ull << 30)	/* a bandwidth size moves at most 1 GiB */
 #define PERF_SYNC_LEN		8		/* barrier messages */
 #define PERF_PLAN_MAGIC		0x44505246u	/* "DPRF" */
 #define PERF_ACCEPT_MAGIC	0x44505241u	/* "DPRA" */
 #define PERF_PLAN_VERSION	1
-#define PERF_PLAN_LEN		160		/* fits dapl-ofi's least private data (232 B) */
-#define PERF_ACCEPT_LEN		32
 /* conn: the ping-pong on the main connection while the N extra EPs stay
  * connected and idle.  Fixed, not -I: conn's -S are endpoint counts, and
  * every count must be measured alike to compare them. */
 #define PERF_CONN_LAT_SIZE	64u
 #define PERF_CONN_LAT_ITERS	2000u
 #define PERF_CONN_LAT_WARMUP	200u
-/* write_mt: its -S are thread counts, each thread streams writes of this
- * size on an endpoint of its own */
-#define PERF_MT_SIZE		64u
-#define PERF_MT_MAX		16u
+#define PERF_MT_MAX		16u		/* write_mt: threads at most */
 
-/* Exit codes: 0 ok, 1 failure, 2 not available (upcalls), 3 usage. */
-#define PERF_EXIT_FAIL		1
-#define PERF_EXIT_NA		2
-#define PERF_EXIT_USAGE		3
+uint64_t perf_conn_t0;
 
-/* Return codes of the transport's completion calls. */
-#define PERF_OK			0
-#define PERF_ERR		(-1)	/* reported by the transport */
-#define PERF_TIMEDOUT		(-2)
-#define PERF_NOCOMP		1	/* posted; no completion will come */
-
-/* conn: set by a conn_up that opens its endpoints before it connects any
- * (fi-raw -D, as dtestcm times it): the set-up rate is then timed from
- * here, the first connect (0: from the start of conn_up). */
-static uint64_t perf_conn_t0;
-
-enum perf_test {
-	T_NONE = 0,
-	T_SEND_LAT, T_WRITE_LAT, T_READ_LAT,
-	T_SEND_BW, T_WRITE_BW, T_READ_BW,
-	T_REAP,
-	T_CONN,
-	T_WRITE_MT,
-	T_WRITE_IDLE, T_WRITE_IDLE_LAT, T_WRITE_IMM_LAT, T_ATOMIC_LAT,
-	T_EVENTS, T_WAKE, T_CNO, T_UPCALL,
-	T_COUNT
-};
-
-enum perf_mode { M_POLL = 1, M_WAIT, M_CNO, M_UPCALL };
-
-struct perf_test_info {
-	const char *name, *alias, *what;
-	bool peer;		/* needs a server */
-	bool bw;		/* streaming: MB/s; otherwise latency */
-};
-
-static const struct perf_test_info perf_tests[T_COUNT] = {
+const struct perf_test_info perf_tests[T_COUNT] = {
 	[T_SEND_LAT]  = { "send_lat", "send", "send/recv ping-pong, one-way latency", true, false },
 	[T_WRITE_LAT] = { "write_lat", "write", "RDMA write ping-pong, one-way latency", true, false },
 	[T_READ_LAT]  = { "read_lat", "read", "RDMA read, round-trip latency", true, false },
@@ -123,25 +66,11 @@ static const struct perf_test_info perf_tests[T_COUNT] = {
 	[T_UPCALL]    = { "upcall", NULL, "dat_evd_post_se to upcall latency", false, false },
 };
 
-static const char *const perf_mode_names[] = {
+const char *const perf_mode_names[M_UPCALL + 1] = {
 	[M_POLL] = "poll", [M_WAIT] = "wait", [M_CNO] = "cno", [M_UPCALL] = "upcall",
 };
 
-/* ------------------------------------------------------------------ time */
-
-static inline uint64_t perf_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-/* --calls: where a latency test's time goes, call by call, in the same
- * terms for both programs.  Each timed call costs two clock reads (about
- * 25 ns each here); compare runs that both have --calls. */
-enum perf_call { PC_HIT, PC_EMPTY, PC_POST_RECV, PC_POST_SEND, PC_POST_WRITE, PC_REAP,
-		 PC_COUNT };
+/* --------------------------------------------------------------- --calls */
 
 static const char *const perf_call_names[PC_COUNT] = {
 	[PC_HIT] = "receive poll that found it", [PC_EMPTY] = "empty receive poll",
@@ -149,27 +78,10 @@ static const char *const perf_call_names[PC_COUNT] = {
 	[PC_POST_WRITE] = "post write", [PC_REAP] = "reap",
 };
 
-static struct {
-	bool want, on;			/* --calls; inside a measured phase */
-	uint64_t ns[PC_COUNT], n[PC_COUNT];
-} perf_calls;
-
-/* The start of a timed call: 0 when not timing. */
-static inline uint64_t perf_call_t0(void)
-{
-	return perf_calls.on ? perf_now() : 0;
-}
-
-static inline void perf_call_done(enum perf_call k, uint64_t t0)
-{
-	if (t0) {
-		perf_calls.ns[k] += perf_now() - t0;
-		perf_calls.n[k]++;
-	}
-}
+struct perf_calls perf_calls;
 
 /* The measured iterations begin. */
-static inline void perf_calls_begin(void)
+static void perf_calls_begin(void)
 {
 	if (perf_calls.want) {
 		memset(perf_calls.ns, 0, sizeof(perf_calls.ns));
@@ -180,8 +92,8 @@ static inline void perf_calls_begin(void)
 
 /* The phase ended: one line on stderr, averages per call and calls per
  * iteration, if this phase timed any. */
-static inline void perf_calls_end(const char *tool, bool server, const char *test,
-				  uint32_t size, uint32_t iters)
+static void perf_calls_end(const char *tool, bool server, const char *test,
+			   uint32_t size, uint32_t iters)
 {
 	char line[512];
 	const char *sep = "";
@@ -205,42 +117,31 @@ static inline void perf_calls_end(const char *tool, bool server, const char *tes
 
 /* ------------------------------------------------------------- the plan */
 
-/* What the client asks for; travels in the connect private data. */
-struct perf_plan {
-	uint8_t mode;
-	uint8_t ntests, nsizes;
-	uint8_t tests[PERF_MAX_TESTS];
-	uint32_t iters, warmup, window;
-	uint32_t cq_mod;		/* sends: one in cq_mod signaled (0, 1: all) */
-	uint32_t sizes[PERF_MAX_SIZES];
-	uint64_t addr, key, region;	/* the sender's RDMA region */
-};
-
-static inline void perf_put32(uint8_t *p, uint32_t v)
+void perf_put32(uint8_t *p, uint32_t v)
 {
 	p[0] = (uint8_t)(v >> 24); p[1] = (uint8_t)(v >> 16);
 	p[2] = (uint8_t)(v >> 8); p[3] = (uint8_t)v;
 }
 
-static inline uint32_t perf_get32(const uint8_t *p)
+uint32_t perf_get32(const uint8_t *p)
 {
 	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
 
-static inline void perf_put64(uint8_t *p, uint64_t v)
+static void perf_put64(uint8_t *p, uint64_t v)
 {
 	perf_put32(p, (uint32_t)(v >> 32));
 	perf_put32(p + 4, (uint32_t)v);
 }
 
-static inline uint64_t perf_get64(const uint8_t *p)
+static uint64_t perf_get64(const uint8_t *p)
 {
 	return (uint64_t)perf_get32(p) << 32 | perf_get32(p + 4);
 }
 
 /* Layout: magic, version, mode, ntests, nsizes, tests[8], iters, warmup,
  * window, (reserved), addr, key, region, sizes[24]: 152 bytes. */
-static inline void perf_plan_encode(const struct perf_plan *pl, uint8_t out[PERF_PLAN_LEN])
+void perf_plan_encode(const struct perf_plan *pl, uint8_t out[PERF_PLAN_LEN])
 {
 	memset(out, 0, PERF_PLAN_LEN);
 	perf_put32(out, PERF_PLAN_MAGIC);
@@ -261,7 +162,7 @@ static inline void perf_plan_encode(const struct perf_plan *pl, uint8_t out[PERF
 }
 
 /* NULL, or why the bytes are not a plan we can serve. */
-static inline const char *perf_plan_decode(const uint8_t *in, size_t len, struct perf_plan *pl)
+const char *perf_plan_decode(const uint8_t *in, size_t len, struct perf_plan *pl)
 {
 	memset(pl, 0, sizeof(*pl));
 	if (len < 152 || perf_get32(in) != PERF_PLAN_MAGIC)
@@ -301,8 +202,8 @@ static inline const char *perf_plan_decode(const uint8_t *in, size_t len, struct
 }
 
 /* Server's answer in the accept private data: its RDMA region. */
-static inline void perf_accept_encode(uint64_t addr, uint64_t key, uint64_t region,
-				      uint8_t out[PERF_ACCEPT_LEN])
+void perf_accept_encode(uint64_t addr, uint64_t key, uint64_t region,
+			uint8_t out[PERF_ACCEPT_LEN])
 {
 	memset(out, 0, PERF_ACCEPT_LEN);
 	perf_put32(out, PERF_ACCEPT_MAGIC);
@@ -312,8 +213,8 @@ static inline void perf_accept_encode(uint64_t addr, uint64_t key, uint64_t regi
 	perf_put64(out + 24, region);
 }
 
-static inline bool perf_accept_decode(const uint8_t *in, size_t len, uint64_t *addr,
-				      uint64_t *key, uint64_t *region)
+bool perf_accept_decode(const uint8_t *in, size_t len, uint64_t *addr,
+			uint64_t *key, uint64_t *region)
 {
 	if (len < PERF_ACCEPT_LEN || perf_get32(in) != PERF_ACCEPT_MAGIC ||
 	    in[4] != PERF_PLAN_VERSION)
@@ -324,7 +225,7 @@ static inline bool perf_accept_decode(const uint8_t *in, size_t len, uint64_t *a
 	return true;
 }
 
-static inline uint32_t perf_max_size(const struct perf_plan *pl)
+uint32_t perf_max_size(const struct perf_plan *pl)
 {
 	uint32_t m = PERF_SYNC_LEN;
 
@@ -335,7 +236,7 @@ static inline uint32_t perf_max_size(const struct perf_plan *pl)
 }
 
 /* Iterations of one size: bandwidth sizes move at most PERF_BW_BYTES_CAP. */
-static inline uint32_t perf_iters(const struct perf_plan *pl, enum perf_test t, uint32_t size)
+static uint32_t perf_iters(const struct perf_plan *pl, enum perf_test t, uint32_t size)
 {
 	uint64_t n = pl->iters;
 
@@ -351,7 +252,7 @@ static inline uint32_t perf_iters(const struct perf_plan *pl, enum perf_test t, 
 	return (uint32_t)n;
 }
 
-static inline uint32_t perf_warmup(const struct perf_plan *pl, enum perf_test t, uint32_t size)
+static uint32_t perf_warmup(const struct perf_plan *pl, enum perf_test t, uint32_t size)
 {
 	uint32_t n = perf_iters(pl, t, size);
 
@@ -362,21 +263,7 @@ static inline uint32_t perf_warmup(const struct perf_plan *pl, enum perf_test t,
 
 /* -------------------------------------------------------------- options */
 
-enum perf_fmt { F_TABLE, F_CSV, F_JSON };
-
-struct perf_opts {
-	const char *prog;	/* "daplofi-perf" / "fi-raw" */
-	const char *name;	/* -P: IA name (DAT) or libfabric provider (raw) */
-	const char *host;	/* -h: client of this server; NULL: server */
-	unsigned port;		/* -n */
-	struct perf_plan plan;	/* tests, sizes, iterations, mode, window */
-	unsigned timeout_s;	/* -T: bound of every single wait */
-	enum perf_fmt fmt;
-	bool verbose, quiet, header;
-	bool iters_set, warmup_set, mode_set, sizes_set;
-};
-
-static inline enum perf_test perf_test_by_name(const char *s, size_t len)
+static enum perf_test perf_test_by_name(const char *s, size_t len)
 {
 	for (int t = T_SEND_LAT; t < T_COUNT; t++) {
 		const struct perf_test_info *i = &perf_tests[t];
@@ -389,7 +276,7 @@ static inline enum perf_test perf_test_by_name(const char *s, size_t len)
 }
 
 /* "64", "4k", "1m", "1g" */
-static inline int perf_parse_size(const char *s, char **end, uint64_t *out)
+static int perf_parse_size(const char *s, char **end, uint64_t *out)
 {
 	unsigned long long v;
 
@@ -407,7 +294,7 @@ static inline int perf_parse_size(const char *s, char **end, uint64_t *out)
 	return 0;
 }
 
-static inline int perf_add_size(struct perf_plan *pl, uint64_t v, const char *arg)
+static int perf_add_size(struct perf_plan *pl, uint64_t v, const char *arg)
 {
 	if (v < 1 || v > PERF_MAX_SIZE) {
 		fprintf(stderr, "sizes: %llu in '%s' is out of range (1 to 64m)\n",
@@ -427,7 +314,7 @@ static inline int perf_add_size(struct perf_plan *pl, uint64_t v, const char *ar
 
 /* "64,4k,64k", "64:1m" (powers of two from 64 to 1 MiB), "all" (1:1m),
  * or a mix: "1,64:4k,1m". */
-static inline int perf_parse_sizes(const char *arg, struct perf_plan *pl)
+static int perf_parse_sizes(const char *arg, struct perf_plan *pl)
 {
 	const char *s = arg;
 
@@ -471,7 +358,7 @@ bad:
 	return -1;
 }
 
-static inline int perf_parse_tests(const char *arg, struct perf_plan *pl)
+static int perf_parse_tests(const char *arg, struct perf_plan *pl)
 {
 	const char *s = arg;
 
@@ -499,8 +386,8 @@ static inline int perf_parse_tests(const char *arg, struct perf_plan *pl)
 	return pl->ntests ? 0 : -1;
 }
 
-static inline int perf_parse_uint(const char *arg, const char *what, unsigned long min,
-				  unsigned long max, uint32_t *out)
+int perf_parse_uint(const char *arg, const char *what, unsigned long min,
+		    unsigned long max, uint32_t *out)
 {
 	char *end;
 	unsigned long v;
@@ -515,7 +402,7 @@ static inline int perf_parse_uint(const char *arg, const char *what, unsigned lo
 	return 0;
 }
 
-static inline int perf_parse_mode(const char *arg, uint8_t *mode)
+static int perf_parse_mode(const char *arg, uint8_t *mode)
 {
 	for (int m = M_POLL; m <= M_UPCALL; m++)
 		if (!strcmp(arg, perf_mode_names[m])) {
@@ -527,8 +414,8 @@ static inline int perf_parse_mode(const char *arg, uint8_t *mode)
 }
 
 /* name_opt: "IA name" (daplofi-perf) or "libfabric provider" (fi-raw). */
-static inline void perf_usage(FILE *f, const char *prog, const char *name_opt,
-			      const char *name_default)
+static void perf_usage(FILE *f, const char *prog, const char *name_opt,
+		       const char *name_default)
 {
 	fprintf(f,
 "usage: %s [options]                 server (waits for one client)\n"
@@ -584,8 +471,8 @@ static inline void perf_usage(FILE *f, const char *prog, const char *name_opt,
 }
 
 /* 0: go; PERF_EXIT_USAGE: bad options (printed); -1: --help printed. */
-static inline int perf_parse_opts(int argc, char **argv, struct perf_opts *o,
-				  const char *name_opt, const char *name_default)
+int perf_parse_opts(int argc, char **argv, struct perf_opts *o,
+		    const char *name_opt, const char *name_default)
 {
 	static const struct option lopts[] = {
 		{ "csv", no_argument, NULL, 1 },
@@ -723,26 +610,7 @@ static inline int perf_parse_opts(int argc, char **argv, struct perf_opts *o,
 
 /* ------------------------------------------------------------- results */
 
-struct perf_result {
-	enum perf_test test;
-	uint8_t mode;
-	uint32_t size, iters, window;
-	bool lat;		/* latency figures valid */
-	double avg_us, p50_us, p99_us, max_us;
-	double mb_s, msg_s;
-	double kib_ep;		/* conn: resident memory per endpoint */
-	double conn_us;		/* conn: set-up time per connection */
-};
-
-struct perf_out {
-	const char *tool, *name;
-	enum perf_fmt fmt;
-	bool header, started;
-	int nrows;
-	enum perf_test last_test;
-};
-
-static inline int perf_cmp_u32(const void *a, const void *b)
+static int perf_cmp_u32(const void *a, const void *b)
 {
 	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
 
@@ -750,8 +618,8 @@ static inline int perf_cmp_u32(const void *a, const void *b)
 }
 
 /* samples: one-way ns per iteration (sorted in place). */
-static inline void perf_lat_stats(uint32_t *ns, uint32_t n, uint64_t total_ns,
-				  struct perf_result *r)
+void perf_lat_stats(uint32_t *ns, uint32_t n, uint64_t total_ns,
+		    struct perf_result *r)
 {
 	size_t i99;
 
@@ -764,7 +632,7 @@ static inline void perf_lat_stats(uint32_t *ns, uint32_t n, uint64_t total_ns,
 	r->max_us = n ? ns[n - 1] / 1e3 : 0;
 }
 
-static inline void perf_out_begin(struct perf_out *o)
+void perf_out_begin(struct perf_out *o)
 {
 	if (o->fmt == F_CSV && o->header)
 		printf("tool,test,mode,bytes,iters,window,avg_us,p50_us,p99_us,max_us,mb_s,msg_s,"
@@ -775,7 +643,7 @@ static inline void perf_out_begin(struct perf_out *o)
 	fflush(stdout);
 }
 
-static inline void perf_out_row(struct perf_out *o, const struct perf_result *r)
+void perf_out_row(struct perf_out *o, const struct perf_result *r)
 {
 	const char *tn = perf_tests[r->test].name, *mn = perf_mode_names[r->mode];
 
@@ -854,7 +722,7 @@ static inline void perf_out_row(struct perf_out *o, const struct perf_result *r)
 	fflush(stdout);
 }
 
-static inline void perf_out_end(struct perf_out *o)
+void perf_out_end(struct perf_out *o)
 {
 	if (o->fmt == F_JSON && o->started)
 		printf("\n]}\n");
@@ -863,18 +731,8 @@ static inline void perf_out_end(struct perf_out *o)
 
 /* ------------------------------------------------------------- progress */
 
-/* Long runs show progress on stderr: a line rewritten in place on a
- * terminal, one line every 5 s otherwise; nothing for phases under 1 s. */
-struct perf_progress {
-	bool quiet, tty;
-	uint64_t start, next;
-	bool shown;
-	const char *what;
-	uint32_t size, total;
-};
-
-static inline void perf_progress_start(struct perf_progress *p, const char *what, uint32_t size,
-				       uint32_t total)
+static void perf_progress_start(struct perf_progress *p, const char *what, uint32_t size,
+				uint32_t total)
 {
 	p->what = what;
 	p->size = size;
@@ -884,7 +742,7 @@ static inline void perf_progress_start(struct perf_progress *p, const char *what
 	p->shown = false;
 }
 
-static inline void perf_progress_tick(struct perf_progress *p, uint32_t done)
+static void perf_progress_tick(struct perf_progress *p, uint32_t done)
 {
 	uint64_t t;
 
@@ -900,7 +758,7 @@ static inline void perf_progress_tick(struct perf_progress *p, uint32_t done)
 	p->shown = true;
 }
 
-static inline void perf_progress_end(struct perf_progress *p)
+static void perf_progress_end(struct perf_progress *p)
 {
 	if (p->shown && p->tty)
 		fprintf(stderr, "\r%60s\r", "");
@@ -909,67 +767,9 @@ static inline void perf_progress_end(struct perf_progress *p)
 
 /* ------------------------------------------------------------ transport */
 
-struct perf_ops {
-	/* post from the send region / into the receive region (whole region) */
-	/* signaled false: the send may complete with no completion to reap
-	 * (PERF_NOCOMP) */
-	int (*post_send)(void *x, size_t len, bool signaled);
-	int (*post_recv)(void *x);
-	/* the local send region -> the peer's RDMA region; the peer's RDMA
-	 * region -> the local RDMA region */
-	int (*post_write)(void *x, size_t len);
-	int (*post_read)(void *x, size_t len);
-	/* post_write with a 32-bit immediate value that completes a receive at
-	 * the peer, its completion giving len (NULL: not in this program);
-	 * imm_takes_recv: that receive is a posted one (DAT, as IB), so one
-	 * is posted again after it; raw libfabric tcp's fi_writedata takes
-	 * none */
-	int (*post_write_imm)(void *x, size_t len, uint32_t imm);
-	bool imm_takes_recv;
-	/* fetch-and-add of 1 on the first 8 bytes of the peer's RDMA region,
-	 * the old value into the local RDMA region (NULL: not in this
-	 * program); PERF_NA: the transport has no atomics */
-	int (*post_atomic)(void *x);
-	/* One receive completion, waited for by the run's mode until the
-	 * deadline: PERF_OK (*len set), PERF_TIMEDOUT or PERF_ERR. */
-	int (*recv_done)(void *x, size_t *len, uint64_t deadline);
-	/* Request completions, at most max (>= 1: the caller knows how many
-	 * it posted, and a read past them would poll an empty queue, which on
-	 * libfabric's tcp walks every endpoint of the CQ): deadline 0 reaps
-	 * what is there without waiting; otherwise waits for at least one.
-	 * Count, PERF_TIMEDOUT or PERF_ERR. */
-	int (*req_done)(void *x, int max, uint64_t deadline);
-	/* conn: the client opens n more endpoints and connects them, at most
-	 * `window` connecting at once; the server accepts n.  They share the
-	 * main endpoint's completion queues (DTO EVDs, CQs) and post nothing.
-	 * conn_down: the client disconnects them, both sides see every
-	 * disconnection, free the endpoints and take from the shared queues
-	 * whatever of theirs is left, keeping the main endpoint's own
-	 * completions for recv_done (the peer's end-of-phase barrier may
-	 * already be there).  0 or PERF_ERR (reported). */
-	int (*conn_up)(void *x, uint32_t n, uint32_t window);
-	int (*conn_down)(void *x, uint32_t n);
-	/* write_mt: as conn_up, but each of the n endpoints gets a request
-	 * queue of its own (DTO EVD, CQ), `window` + 4 deep.  mt_write posts
-	 * a PERF_MT_SIZE-byte RDMA write on endpoint k (0..n-1), from slice k
-	 * of the send region to slice k of the peer's RDMA region (writers do
-	 * not overwrite one another); mt_reap reaps endpoint k's
-	 * request completions as req_done does.  Thread k alone calls them
-	 * for endpoint k, while the other threads do for theirs.  mt_down as
-	 * conn_down, and frees the queues. */
-	int (*mt_up)(void *x, uint32_t n, uint32_t window);
-	int (*mt_write)(void *x, uint32_t k);
-	int (*mt_reap)(void *x, uint32_t k, int max, uint64_t deadline);
-	int (*mt_down)(void *x, uint32_t n);
-	/* write_idle: whether the transport places incoming writes while
-	 * its consumer calls nothing (DAT: the provider's progress; raw
-	 * libfabric tcp moves data only inside its calls) */
-	bool idle_target;
-};
-
 /* A thousand connections need more descriptors than a default soft limit
  * of 1024: take the hard limit. */
-static inline void perf_raise_nofile(void)
+void perf_raise_nofile(void)
 {
 	struct rlimit rl;
 
@@ -980,7 +780,7 @@ static inline void perf_raise_nofile(void)
 }
 
 /* Resident memory of this process, KiB (/proc/self/statm). */
-static inline long perf_rss_kib(void)
+static long perf_rss_kib(void)
 {
 	long size = 0, res = 0;
 	FILE *f = fopen("/proc/self/statm", "r");
@@ -993,41 +793,23 @@ static inline long perf_rss_kib(void)
 	return res * (sysconf(_SC_PAGESIZE) / 1024);
 }
 
-struct perf_run {
-	const struct perf_ops *ops;
-	void *x;
-	const char *tool;
-	bool server;
-	const struct perf_plan *plan;
-	uint8_t *rx, *rdma, *tx;	/* local regions, each `region` bytes */
-	size_t region;
-	int outstanding;		/* requests posted, completion not reaped */
-	uint32_t sends;			/* posted so far (--cq-mod) */
-	int req_depth;			/* the EP's request queue */
-	uint64_t timeout_ns;
-	uint8_t seq;			/* write_lat: value of the polled byte */
-	uint32_t *samples;
-	struct perf_progress prog;
-	struct perf_out *out;
-};
-
 /* Queue depths the transports must give the endpoint. */
-static inline int perf_req_depth(const struct perf_plan *pl)
+int perf_req_depth(const struct perf_plan *pl)
 {
 	return (int)pl->window + 4;
 }
 
-static inline int perf_recv_depth(const struct perf_plan *pl)
+int perf_recv_depth(const struct perf_plan *pl)
 {
 	return (int)pl->window + 4;
 }
 
 /* A run over `buf`, three regions of `region` bytes (receive, RDMA target,
  * send), as both daplofi-perf and fi-raw register it. */
-static inline void perf_run_init(struct perf_run *r, const struct perf_ops *ops, void *x,
-				 const char *tool, uint8_t *buf, size_t region,
-				 const struct perf_plan *pl, struct perf_out *out, bool server,
-				 unsigned timeout_s, bool quiet)
+void perf_run_init(struct perf_run *r, const struct perf_ops *ops, void *x,
+		   const char *tool, uint8_t *buf, size_t region,
+		   const struct perf_plan *pl, struct perf_out *out, bool server,
+		   unsigned timeout_s, bool quiet)
 {
 	memset(r, 0, sizeof(*r));
 	r->ops = ops;
@@ -1046,15 +828,15 @@ static inline void perf_run_init(struct perf_run *r, const struct perf_ops *ops,
 	r->out = out;
 }
 
-static inline uint64_t perf_deadline(const struct perf_run *r)
+static uint64_t perf_deadline(const struct perf_run *r)
 {
 	return perf_now() + r->timeout_ns;
 }
 
-static inline int perf_fail(const struct perf_run *r, const char *fmt, ...)
+static int perf_fail(const struct perf_run *r, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
-static inline int perf_fail(const struct perf_run *r, const char *fmt, ...)
+static int perf_fail(const struct perf_run *r, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -1066,14 +848,14 @@ static inline int perf_fail(const struct perf_run *r, const char *fmt, ...)
 	return PERF_ERR;
 }
 
-static inline int perf_timeout(const struct perf_run *r, const char *what)
+static int perf_timeout(const struct perf_run *r, const char *what)
 {
 	return perf_fail(r, "%s: nothing within %.0f s (-T): is the peer alive?", what,
 			 r->timeout_ns / 1e9);
 }
 
 /* Reap request completions; block until `outstanding` <= target. */
-static inline int perf_reap_to(struct perf_run *r, int target, const char *what)
+static int perf_reap_to(struct perf_run *r, int target, const char *what)
 {
 	while (r->outstanding > target) {
 		int n = r->ops->req_done(r->x, r->outstanding, perf_deadline(r));
@@ -1088,7 +870,7 @@ static inline int perf_reap_to(struct perf_run *r, int target, const char *what)
 }
 
 /* Reap whatever request completions are there, without waiting. */
-static inline int perf_reap_some(struct perf_run *r)
+static int perf_reap_some(struct perf_run *r)
 {
 	int n;
 
@@ -1107,7 +889,7 @@ static inline int perf_reap_some(struct perf_run *r)
 enum perf_op { OP_SEND, OP_WRITE, OP_READ, OP_WRITE_IMM, OP_ATOMIC };
 
 /* Post one request, keeping at most `limit` in flight. */
-static inline int perf_post(struct perf_run *r, enum perf_op op, size_t len, int limit)
+static int perf_post(struct perf_run *r, enum perf_op op, size_t len, int limit)
 {
 	int rc;
 
@@ -1138,8 +920,8 @@ static inline int perf_post(struct perf_run *r, enum perf_op op, size_t len, int
 
 /* Wait (at most `mult` times -T) for one receive of `len` bytes and post a
  * new receive. */
-static inline int perf_recv_long(struct perf_run *r, size_t len, const char *what,
-				 unsigned mult)
+static int perf_recv_long(struct perf_run *r, size_t len, const char *what,
+			  unsigned mult)
 {
 	size_t got = 0;
 	int rc = r->ops->recv_done(r->x, &got, perf_now() + r->timeout_ns * mult);
@@ -1157,14 +939,14 @@ static inline int perf_recv_long(struct perf_run *r, size_t len, const char *wha
 	return rc ? PERF_ERR : PERF_OK;
 }
 
-static inline int perf_recv(struct perf_run *r, size_t len, const char *what)
+static int perf_recv(struct perf_run *r, size_t len, const char *what)
 {
 	return perf_recv_long(r, len, what, 1);
 }
 
 /* The receive completion of the peer's RDMA write with immediate data:
  * its length, and a receive posted again where it took one. */
-static inline int perf_recv_imm(struct perf_run *r, size_t len, const char *what)
+static int perf_recv_imm(struct perf_run *r, size_t len, const char *what)
 {
 	size_t got = 0;
 	int rc;
@@ -1184,7 +966,7 @@ static inline int perf_recv_imm(struct perf_run *r, size_t len, const char *what
  * message counts of both sides are fixed by the plan.  A server waiting for
  * the end of a phase it takes no part in (RDMA target) waits `mult` times
  * longer than -T. */
-static inline int perf_barrier(struct perf_run *r, const char *what, unsigned mult)
+static int perf_barrier(struct perf_run *r, const char *what, unsigned mult)
 {
 	if (r->server) {
 		if (perf_recv_long(r, PERF_SYNC_LEN, what, mult) ||
@@ -1198,7 +980,7 @@ static inline int perf_barrier(struct perf_run *r, const char *what, unsigned mu
 	return perf_reap_some(r);
 }
 
-static inline uint8_t perf_next_seq(struct perf_run *r)
+static uint8_t perf_next_seq(struct perf_run *r)
 {
 	r->seq = (uint8_t)(r->seq % 255 + 1);	/* 1..255: never the reset value */
 	return r->seq;
@@ -1210,7 +992,7 @@ static inline uint8_t perf_next_seq(struct perf_run *r)
  * nothing of the transport, as MPI one-sided and pscom's eager rings poll
  * memory (write_idle_lat): only the provider, on its own, can place the
  * peer's write. */
-static inline int perf_poll_byte(struct perf_run *r, size_t size, uint8_t v, bool call)
+static int perf_poll_byte(struct perf_run *r, size_t size, uint8_t v, bool call)
 {
 	const uint8_t *p = r->rdma + size - 1;
 	uint64_t deadline = 0;
@@ -1246,7 +1028,7 @@ static inline int perf_poll_byte(struct perf_run *r, size_t size, uint8_t v, boo
  * transport meanwhile: whatever lands, its provider placed on its own.
  * The sleep leaves the CPU to the provider, as a target busy with other
  * work would (dtest -W spins instead). */
-static inline int perf_idle_until(struct perf_run *r, size_t size, uint8_t v, uint64_t deadline)
+static int perf_idle_until(struct perf_run *r, size_t size, uint8_t v, uint64_t deadline)
 {
 	const struct timespec look = { .tv_sec = 0, .tv_nsec = 50000 };
 
@@ -1267,8 +1049,8 @@ static inline int perf_idle_until(struct perf_run *r, size_t size, uint8_t v, ui
  * time (round trip / 2) of each measured iteration in r->samples; *t0 (if
  * t0) is the start of the measured ones.  ping, pong: what the waits say
  * when nothing comes. */
-static inline int perf_pingpong(struct perf_run *r, uint32_t size, uint32_t warm,
-				uint32_t total, const char *ping, const char *pong, uint64_t *t0)
+static int perf_pingpong(struct perf_run *r, uint32_t size, uint32_t warm,
+			 uint32_t total, const char *ping, const char *pong, uint64_t *t0)
 {
 	for (uint32_t i = 0; i < total; i++) {
 		uint64_t it0;
@@ -1306,7 +1088,7 @@ struct perf_mt {
 	int rc;
 };
 
-static inline int perf_mt_reap(struct perf_mt *m, int *outstanding, int target)
+static int perf_mt_reap(struct perf_mt *m, int *outstanding, int target)
 {
 	while (*outstanding > target) {
 		int got = m->r->ops->mt_reap(m->r->x, m->k, *outstanding, perf_deadline(m->r));
@@ -1320,7 +1102,7 @@ static inline int perf_mt_reap(struct perf_mt *m, int *outstanding, int target)
 	return PERF_OK;
 }
 
-static inline int perf_mt_stream(struct perf_mt *m, uint32_t count, int *outstanding)
+static int perf_mt_stream(struct perf_mt *m, uint32_t count, int *outstanding)
 {
 	for (uint32_t i = 0; i < count; i++) {
 		if (*outstanding >= m->window &&
@@ -1333,7 +1115,7 @@ static inline int perf_mt_stream(struct perf_mt *m, uint32_t count, int *outstan
 	return perf_mt_reap(m, outstanding, 0);
 }
 
-static inline void *perf_mt_main(void *arg)
+static void *perf_mt_main(void *arg)
 {
 	struct perf_mt *m = arg;
 	int outstanding = 0;
@@ -1347,8 +1129,8 @@ static inline void *perf_mt_main(void *arg)
 
 /* The client's part of write_mt: `nt` threads, n writes in all; the time
  * from the start barrier to the last thread's last completion. */
-static inline int perf_mt_run(struct perf_run *r, uint32_t nt, uint32_t warm, uint32_t n,
-			      int window, uint64_t *elapsed)
+static int perf_mt_run(struct perf_run *r, uint32_t nt, uint32_t warm, uint32_t n,
+		       int window, uint64_t *elapsed)
 {
 	struct perf_mt m[PERF_MT_MAX];
 	pthread_t tid[PERF_MT_MAX];
@@ -1386,8 +1168,8 @@ static inline int perf_mt_run(struct perf_run *r, uint32_t nt, uint32_t warm, ui
 }
 
 /* One size of one peer test; the client fills res. */
-static inline int perf_phase(struct perf_run *r, enum perf_test t, uint32_t size,
-			     struct perf_result *res)
+static int perf_phase(struct perf_run *r, enum perf_test t, uint32_t size,
+		      struct perf_result *res)
 {
 	const struct perf_plan *pl = r->plan;
 	uint32_t n = perf_iters(pl, t, size), warm = perf_warmup(pl, t, size);
@@ -1770,7 +1552,7 @@ static inline int perf_phase(struct perf_run *r, enum perf_test t, uint32_t size
 }
 
 /* Every test and size of the plan, in order; the client prints rows. */
-static inline int perf_run_plan(struct perf_run *r)
+int perf_run_plan(struct perf_run *r)
 {
 	const struct perf_plan *pl = r->plan;
 	uint32_t most = 0;
@@ -1803,5 +1585,3 @@ static inline int perf_run_plan(struct perf_run *r)
 	r->samples = NULL;
 	return perf_reap_to(r, 0, "final completions");
 }
-
-#endif
