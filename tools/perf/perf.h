@@ -205,7 +205,7 @@ struct perf_ops {
 	bool imm_takes_recv;
 	/* fetch-and-add of 1 on the first 8 bytes of the peer's RDMA region,
 	 * the old value into the local RDMA region (NULL: not in this
-	 * program); PERF_NA: the transport has no atomics */
+	 * program); 0, or PERF_ERR once the transport has said why */
 	int (*post_atomic)(void *x);
 	/* One receive completion, waited for by the run's mode until the
 	 * deadline: PERF_OK (*len set), PERF_TIMEDOUT or PERF_ERR. */
