@@ -21,8 +21,8 @@
 #   fabric (an entry of lib.sh's dat.conf: ofi-host, tcp's connected
 #   endpoints, by default; ofi-host-net, ofi-host-rxm, ofi-host-rdm),
 #   SOAK_LEDGER=FILE appends one line for the run to FILE (when, commit,
-#   fabric, seconds, seed, faults, result: tests/hosts/soak-hours sums
-#   it).
+#   fabric, seconds, seed, faults, result: ok, violation, resources or
+#   failed; tests/hosts/soak-hours sums it).
 # The test hosts load the library of $B (B=build/asan: the ASan one).
 # Prints TAP; "1..0 # SKIP" where the hosts cannot be made (not root, no nft).
 set -u
@@ -40,6 +40,7 @@ PROG=$PWD/$B/tests/soak
 RSS_KB=${SOAK_RSS_KB:-8192}
 ldd "$PROG" | grep -q libasan && RSS_KB=${SOAK_RSS_KB:-524288}
 work=$(mktemp -d)
+commit=$(git describe --always --dirty 2>/dev/null || echo -)	# (hosts_up leaves the tree)
 pa="" pb=""
 cleanup() {
 	local pid
@@ -195,14 +196,23 @@ done
 ok "open files, RSS, LMRs and RMRs back to the warm-up's on both sides, the IA closes" "$p"
 echo "1..$n"
 if [ -n "${SOAK_LEDGER:-}" ]; then
-	# "violation": the soak's own verdict failed (a wrong, lost-for-good
-	# or duplicate completion, a crash); "failed": only the harness's
-	# other checks (reconnection, resources)
+	# "violation": a wrong, duplicate or lost-for-good completion, a
+	# crash, an exit that is not 0; "resources": only what came back to
+	# the warm-up's (open files, RSS, LMRs, RMRs, the IA's close);
+	# "failed": only the harness's other checks (reconnection, traffic)
 	r=ok
 	[ "$nfail" -eq 0 ] || r=failed
-	[ "$soak_ok" = ok ] || r=violation
+	if [ "$soak_ok" != ok ]; then
+		r=violation
+		case $rca$rcb in
+		00|01|10|11)
+			grep -hE '^violation [0-9]+ ' "$work/a.log" "$work/b.log" |
+				grep -qvE '^violation [0-9]+ (open files|RSS|[0-9]+ LMRs|dat_ia_close|teardown)' ||
+				grep -qE 'Sanitizer|runtime error:|completed it twice' "$work/a.log" \
+					"$work/b.log" || r=resources ;;
+		esac
+	fi
 	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$(date -u +%Y-%m-%dT%H:%MZ)" \
-		"$(git rev-parse --short HEAD 2>/dev/null || echo -)" "$IA" "$SECS" "$SEED" \
-		"$nfaults" "$r" >> "$SOAK_LEDGER"
+		"$commit" "$IA" "$SECS" "$SEED" "$nfaults" "$r" >> "$SOAK_LEDGER"
 fi
 [ "$nfail" -eq 0 ]
