@@ -43,8 +43,8 @@ tally() {
 	total_pass=$((total_pass + $2)) total_fail=$((total_fail + $3)) total_skip=$((total_skip + $4))
 }
 # tap_step NAME LIMIT CMD...: one script that prints TAP, run under a
-# timeout into build/NAME.log and counted; its lines are shown, and a
-# failure's "#" lines go to the closing list
+# timeout into build/NAME.log and counted; its counts are shown, and a
+# failure's TAP and "#" lines go to the closing list
 tap_step() {
 	local name=$1 limit=$2 log=build/$1.log rc p f s; shift 2
 	timeout --kill-after=30 "$limit" "$@" > "$log" 2>&1
