@@ -377,6 +377,14 @@ _Static_assert(sizeof(struct dfi_comp) == sizeof(struct fi_cq_data_entry) &&
 	       offsetof(struct dfi_comp, data) == offsetof(struct fi_cq_data_entry, data),
 	       "fi_cq_read writes struct dfi_comp arrays as FI_CQ_FORMAT_DATA");
 
+static void own_done(struct dfi_cq *c, void *ctx, int err, size_t len)
+{
+	const struct dfi_backend *be = c->owner->be;
+
+	if (be->own_done)
+		(void)be->own_done(c->owner, ctx, err, len);
+}
+
 /* fi_cq_read writes straight into out (FI_CQ_FORMAT_DATA entries, see
  * struct dfi_comp), and each entry's flags word becomes err = 0 and imm: no copy,
  * and no 1.5 KiB bounce buffer on the stack, a page more for the
@@ -400,8 +408,10 @@ DFI_HOT int dfi_cq_read(struct dfi_cq *c, struct dfi_comp *out, int n)
 			r = fi_cq_readerr(c->cq, &err, 0);
 			if (r < 0)
 				return got ? got : (int)r;
-			if (dfi_cq_own_ctx(err.op_context))
-				continue;	/* a cancelled receive of the backend's */
+			if (dfi_cq_own_ctx(err.op_context)) {
+				own_done(c, err.op_context, err.err, err.len);
+				continue;	/* a receive of the backend's */
+			}
 			out[got].ctx = err.op_context;
 			out[got].len = err.len;
 			out[got].err = err.err ? err.err : EIO;
@@ -423,8 +433,10 @@ DFI_HOT int dfi_cq_read(struct dfi_cq *c, struct dfi_comp *out, int n)
 			if (__builtin_expect(o->imm && !o->ctx, 0) && c->owner->be->cq_data &&
 			    c->owner->be->cq_data(c->owner, o->data))
 				continue;
-			if (__builtin_expect(dfi_cq_own_ctx(o->ctx), 0))
+			if (__builtin_expect(dfi_cq_own_ctx(o->ctx), 0)) {
+				own_done(c, o->ctx, 0, o->len);
 				continue;	/* a receive the backend posted for itself */
+			}
 			if (got != rd)
 				out[got] = *o;
 			got++;

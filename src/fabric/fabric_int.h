@@ -49,6 +49,10 @@ struct dfi_backend {
 	/* a completion of a remote write with CQ data and no context: the
 	 * backend's own (true: taken, the DAT layer never sees it) */
 	bool (*cq_data)(struct dfi_fabric *f, uint64_t data);
+	/* a completion whose context is odd (dfi_cq_own_ctx): the backend's
+	 * own receive, its error (0, or libfabric's positive code) and
+	 * length.  NULL: dropped. */
+	bool (*own_done)(struct dfi_fabric *f, void *ctx, int err, size_t len);
 
 	int (*eq_open)(struct dfi_fabric *f, struct dfi_eq **eq);
 	void (*eq_close)(struct dfi_eq *eq);
@@ -174,13 +178,13 @@ ssize_t dfi_atomic(struct fid_ep *ep, fi_addr_t addr, enum dfi_atomic_op op,
 		   struct dfi_mr *result_mr, uint64_t raddr, uint32_t rkey, void *ctx);
 
 /* A posting's context with its low bit set is the backend's own (rdm/'s
- * hello receives): dfi_cq_read drops its completion, which the DAT layer,
- * whose contexts are pointers to its descriptors, never sees. */
+ * hello receives and sinks): dfi_cq_read hands its completion to the
+ * backend's own_done, and the DAT layer, whose contexts are pointers to
+ * its descriptors, never sees it. */
 static inline bool dfi_cq_own_ctx(const void *ctx)
 {
 	return ((uintptr_t)ctx & 1u) != 0;
 }
-#define DFI_CQ_OWN_CTX(p)	((void *)((uintptr_t)(p) | 1u))
 
 /* Shared by the posts of both backends. */
 static inline int dfi_post_rc(ssize_t rc)

@@ -108,6 +108,15 @@ const struct dfi_param dfi_params[DFI_P_COUNT] = {
 		"after small ones behind it) before the connection ends with "
 		"DAT_CONNECTION_EVENT_BROKEN: a peer that skipped a message "
 		"would otherwise hold the SRQ's buffers unseen." },
+	[DFI_P_RDM_SINKS] = { "DAPL_OFI_RDM_SINKS", DFI_PARAM_INT, "-1",
+		"On reliable-datagram IAs, how many receives per provider "
+		"endpoint take the messages that arrive for connections that "
+		"ended (a peer's sends still on their way), each posted at a "
+		"connection's end and again at each message it takes; past "
+		"the cap the oldest is cancelled.  -1: an eighth of the "
+		"endpoint's receive queue (2048 on tcp;ofi_rxm and net, 128 "
+		"on shm); 0: none, and such messages stay with the provider "
+		"(net then stops reading from that peer)." },
 	[DFI_P_MTU] = { "DAPL_OFI_MTU", DFI_PARAM_INT, "2048",
 		"The IB transport MTU an IA reports (DAT_IB_TRANSPORT_MTU, "
 		"256 or more) when its ia_params has no mtu=.  OFA uDAPL's "

@@ -3596,6 +3596,71 @@ static void check_pdata_refused(DAT_RETURN rc, DAT_RETURN argn, const char *call
 #define expect_pdata_refused(rc, argn, call, max) \
 	check_pdata_refused(rc, argn, call, max, __FILE__, __LINE__)
 
+
+/* Sends into a connection whose peer then ends it, with no receive ever
+ * posted for them: on RDM endpoints they match no receive of the ended
+ * connection, and the provider would keep them for ever (net 1.17 then
+ * stops reading anything more from that peer; tcp;ofi_rxm and shm keep a
+ * large message's sender waiting for a receive).  Each send completes,
+ * delivered or flushed, while the server goes on reading its EVDs as a
+ * consumer does, and the next connection between the same two IAs moves
+ * data (fabric/rdm/sink.c; docs/rdm.md, section 2). */
+static void test_sends_into_ended_connection(void **state)
+{
+	struct pair *p = *state;
+	const size_t len = 64 * 1024;
+	unsigned seen = 0;
+	uint64_t t0;
+	DAT_EVENT ev;
+	const DAT_DTO_COMPLETION_EVENT_DATA *d = &ev.event_data.dto_completion_event_data;
+
+	watchdog(__func__, 60);
+	establish(p);
+	for (unsigned i = 0; i < 4; i++) {
+		fill(p->c.buf + i * len, len, 70 + i);
+		assert_ok(post_send1(&p->c, i * len, len, 0x500 + i, DAT_COMPLETION_DEFAULT_FLAG));
+	}
+	sleep_ms(200);		/* arrived, with no receive to take them */
+	assert_ok(dat_ep_disconnect(p->s.ep, DAT_CLOSE_GRACEFUL_FLAG));
+	expect_conn(p->s.conn, DAT_CONNECTION_EVENT_DISCONNECTED, p->s.ep, 5000, "server", NULL);
+	expect_conn(p->c.conn, DAT_CONNECTION_EVENT_DISCONNECTED, p->c.ep, 5000, "client", NULL);
+
+	t0 = now_ns();
+	while (seen != 0xf) {
+		if (dat_evd_dequeue(p->c.req, &ev) == DAT_SUCCESS) {
+			unsigned i = (unsigned)(d->user_cookie.as_64 - 0x500);
+
+			if (ev.event_number != DAT_DTO_COMPLETION_EVENT || i >= 4 ||
+			    (seen & (1u << i)) ||
+			    (d->status != DAT_DTO_SUCCESS && d->status != DAT_DTO_ERR_FLUSHED))
+				fail_msg("a send into the ended connection completed as %s, cookie "
+					 "%#llx, status %s (expected cookies 0x500-0x503 once each, "
+					 "DAT_DTO_SUCCESS or flushed)", ev_name(ev.event_number),
+					 (unsigned long long)d->user_cookie.as_64, status_name(d->status));
+			seen |= 1u << i;
+			continue;
+		}
+		if (dat_evd_dequeue(p->s.rcv, &ev) == DAT_SUCCESS)
+			fail_msg("the server's receive EVD gave %s after its disconnect, with no "
+				 "receive ever posted", ev_name(ev.event_number));
+		if (ms_since(t0) > 10000)
+			fail_msg("sends into a connection the peer ended still pending after 10 s "
+				 "(completed: mask %#x of 0xf): the peer's provider holds them", seen);
+		sleep_ms(2);
+	}
+
+	reconnect(p);
+	memset(p->s.buf, 0, 2000);
+	fill(p->c.buf, 1000, 90);
+	assert_ok(post_recv1(&p->s, 0, 2000, 0x600));
+	assert_ok(post_send1(&p->c, 0, 1000, 0x601, DAT_COMPLETION_DEFAULT_FLAG));
+	expect_dto(p->s.rcv, p->s.ep, 0x600, DAT_DTO_RECEIVE, DAT_DTO_SUCCESS, 1000, 5000,
+		   "the next connection's first message, after messages of the ended one");
+	expect_dto(p->c.req, p->c.ep, 0x601, DAT_DTO_SEND, DAT_DTO_SUCCESS, 1000, 5000,
+		   "the next connection's first send");
+	assert_memory_equal(p->s.buf, p->c.buf, 1000);
+}
+
 /* Exactly max_private_data_size bytes travel both ways, intact; one byte
  * more is refused by dat_ep_connect (DAT_INVALID_ARG5), dat_cr_accept
  * (ARG3) and dat_cr_reject (ARG2), and the refused call changes nothing. */
@@ -5699,6 +5764,7 @@ int main(int argc, char **argv)
 		TP(test_rdma_read_out_of_range),
 		/* 10. a send with no receive posted */
 		TP(test_send_without_posted_recv),
+		TP(test_sends_into_ended_connection),
 		/* 11. private data limit */
 		TP(test_pdata_max_size),
 		/* 12. RDMA write ping-pong (dtest -D), write-then-send visibility */

@@ -37,6 +37,7 @@ static int rdm_open(struct dfi_fabric *f, const struct sockaddr_in *addr, char *
 		return -ENOMEM;
 	}
 	rf->f = f;
+	rf->sinks_tail = &rf->sinks;
 	/* A provider whose CQs have no wait fd (shm, efa in 1.17): its CQs
 	 * are polled, by the progress thread and by waiters (docs/rdm.md) */
 	{
@@ -90,6 +91,7 @@ static void rdm_close(struct dfi_fabric *f)
 	if (!rf)
 		return;
 	/* the IA's objects went before it: what is left is unused */
+	rdm_sinks_drop(rf, NULL);
 	for (struct rdm_ep *r = rf->eps, *next; r; r = next) {
 		next = r->next;
 		fi_close(&r->ep->fid);
@@ -320,6 +322,7 @@ static bool rdm_cq_closing(struct dfi_fabric *f, struct dfi_cq *cq)
 				r->refs);
 		if (r->txcq == r->rxcq || !r->txcq || !r->rxcq) {
 			*pp = r->next;
+			rdm_sinks_drop(rf, r);
 			fi_close(&r->ep->fid);
 			if (r->kept)
 				kept_put(rf, r->kept);
@@ -461,6 +464,8 @@ static int rdm_eq_trywait(struct dfi_eq *q)
 void rdm_conn_gone(struct rdm_fep *e)
 {
 	atomic_store_explicit(&e->ended, true, memory_order_relaxed);
+	if (e->conn)		/* what the peer had sent may be on its way */
+		rdm_sink_open(e, e->rtag);
 	dfi_rcm_conn_free(e->conn);
 	e->conn = NULL;
 }
@@ -504,16 +509,30 @@ int rdm_path_up(struct rdm_fep *e, const struct dfi_rcm_end *remote)
 
 /* The accepting side's receive for the connecting side's hello
  * (rdm_path_up), on the endpoint it receives at: its context the
- * endpoint's, odd, so that its completion is dropped (cq.c, srx.c) and a
- * hello that never came can be cancelled at the close.  0 or libfabric's
- * error. */
+ * endpoint's, odd, so that cq.c hands its completion to rdm_own_done,
+ * which drops it, and a hello that never came can be cancelled at the
+ * close.  0 or libfabric's error. */
 int rdm_hello_recv(struct rdm_fep *e)
 {
 	int rc = (int)fi_trecv(e->srx ? e->srx->ep : e->ep, NULL, 0, NULL, FI_ADDR_UNSPEC,
-			       RDM_TAG_HELLO(e->id, e->gen), 0, DFI_CQ_OWN_CTX(e));
+			       RDM_TAG_HELLO(e->id, e->gen), 0, RDM_HELLO_CTX(e));
 
 	e->hello_posted = rc == 0;
 	return rc;
+}
+
+/* The completion of a receive of the backend's own (cq.c): a sink's, or
+ * a hello's, which has nothing more to do. */
+static bool rdm_own_done(struct dfi_fabric *f, void *ctx, int err, size_t len)
+{
+	struct rdm_fabric *rf = f->priv;
+
+	if (!rf)
+		return false;
+	pthread_mutex_lock(&rf->lock);
+	(void)rdm_sink_done(rf, ctx, err, len);
+	pthread_mutex_unlock(&rf->lock);
+	return true;
 }
 
 /* A few progress passes of the endpoint's CQs, reading no completion:
@@ -863,7 +882,7 @@ static void rdm_fep_close(struct dfi_fep *fe)
 	if (e->srx)
 		rdm_srx_fep_gone(e);
 	if (e->hello_posted)	/* a peer that never said it: the entry back */
-		(void)fi_cancel(&(e->srx ? e->srx->ep : e->ep)->fid, DFI_CQ_OWN_CTX(e));
+		(void)fi_cancel(&(e->srx ? e->srx->ep : e->ep)->fid, RDM_HELLO_CTX(e));
 	if (!e->ud_hs) {	/* a handshake's are its UD endpoint's */
 		id_put(rf, e->id);
 		rep_put(rf, e->rep, e->tx_need, e->rx_need);
@@ -901,6 +920,7 @@ const struct dfi_backend dfi_rdm_backend = {
 	.open = rdm_open,
 	.close = rdm_close,
 	.cq_closing = rdm_cq_closing,
+	.own_done = rdm_own_done,
 	.eq_open = rdm_eq_open,
 	.eq_close = rdm_eq_close,
 	.eq_fd = rdm_eq_fd,

@@ -20,8 +20,11 @@
 #define RDM_GEN_BITS	14
 #define RDM_GEN_MASK	((1u << RDM_GEN_BITS) - 1)
 #define RDM_TAG(id, gen)	(((uint64_t)(gen) << 32) | (uint64_t)(id))
-/* class 2: the connecting side's hello (ep.c, rdm_path_up) */
+/* class 2: the connecting side's hello (ep.c, rdm_path_up); the context
+ * of the accepting side's receive for it is its endpoint's, odd (a sink's
+ * has bit 1 set as well, sink.c) */
 #define RDM_TAG_HELLO(id, gen)	((2ull << 46) | RDM_TAG(id, (gen) & RDM_GEN_MASK))
+#define RDM_HELLO_CTX(e)	((void *)((uintptr_t)(e) | 1u))
 /* Class 1: a message for an SRQ endpoint, taken by any receive of its
  * SRQ's (srx.c), which ignore all but the class; the completion's tag
  * names the endpoint, and its bits 48-63 carry the sender's sequence.  An
@@ -65,6 +68,7 @@ struct rdm_ep {
 	struct fid_ep *ep;
 	int refs;
 	size_t tx_used, rx_used;	/* the DAT EPs' queue depths on it */
+	size_t nsinks;			/* sinks posted on it (sink.c) */
 	size_t addr_len;
 	uint8_t addr[DFI_RDM_ADDR_MAX];
 };
@@ -114,6 +118,12 @@ struct rdm_fabric {
 	bool bye;			/* its connections have goodbye words */
 	struct rdm_board *boards;	/* boards[(id - 1) / RDM_BOARD_WORDS] */
 	uint32_t nboards;
+	/* sinks of ended connections (sink.c), oldest first, and the
+	 * scratch region they receive into */
+	struct rdm_sink *sinks, **sinks_tail;
+	void *scratch;
+	size_t scratch_len;
+	uint64_t sunk;			/* messages they took */
 };
 
 /* A DAT SRQ (srx.c): an FI_EP_RDM endpoint of its own, bound to the AV
@@ -241,6 +251,17 @@ int rdm_ep_open(struct rdm_fabric *rf, struct fid_cq *tx, struct fid_cq *rx, str
 /* ep.c: a few passes of e's provider progress, reading no completion
  * (lock held) */
 void rdm_drain(struct rdm_fep *e);
+
+/* sink.c: what arrives for a connection that ended (lock held).
+ * rdm_sink_open: at e's end, a sink for tag (its data's).
+ * rdm_sink_done: a completion of the backend's own receive (cq.c's
+ * own_done, through ep.c): false if ctx is not a sink's.  rdm_sinks_drop:
+ * rep's sinks freed as it closes, or all (rep NULL) and the scratch
+ * region, at the fabric's close. */
+struct rdm_sink;
+void rdm_sink_open(struct rdm_fep *e, uint64_t tag);
+bool rdm_sink_done(struct rdm_fabric *rf, void *ctx, int err, size_t len);
+void rdm_sinks_drop(struct rdm_fabric *rf, const struct rdm_ep *rep);
 
 /* bye.c: the goodbye (lock held) */
 uint64_t *rdm_bye_word(struct rdm_fabric *rf, uint32_t id, uint32_t *key);
