@@ -799,8 +799,10 @@ static void tend(int c, double now)
 	case S_DRAIN:
 		if (k->outstanding > 0) {
 			if (!k->stuck && now - k->since > 20) {
-				violation("conn %d: %d DTOs still not completed 20 s after its end", c,
-					  k->outstanding);
+				violation("conn %d: %d DTOs still not completed 20 s after its end "
+					  "(busy slots %#x: sends 0-7, writes 8-11, read 12; the rest "
+					  "receives; the life ended %s)", c, k->outstanding, k->busy,
+					  ev_names[k->last_end]);
 				k->stuck = true;
 			}
 			return;
