@@ -460,6 +460,19 @@ static int ep_post_early(struct dfi_ep *ep, struct dfi_fep *fep)
 	return 0;
 }
 
+/* fep will not carry ep's connection: its connect or accept was refused
+ * at once, or ep_post_early failed (post_lock held).  The receives
+ * ep_post_early put on it are cancelled, so that they complete flushed
+ * as a closing MSG endpoint flushes them; an RDM endpoint is shared and
+ * outlives fep, and would keep them for ever (found by the soak: a
+ * connect refused in a link flap).  One not on fep is ignored. */
+static void fep_abandon(struct dfi_ep *ep, struct dfi_fep *fep)
+{
+	if (!ep->srq)
+		for (int i = 0; i < ep->recvq->n; i++)
+			dfi_fep_cancel(fep, &ep->recvq->d[i]);
+}
+
 /* A UD EP's datagram endpoint, opened at its first address resolution
  * (cm_lock held): its early receives go to it, and the EP is CONNECTED, as
  * OFA uDAPL's UD EPs once resolved (ud.c). */
@@ -479,6 +492,8 @@ int dfi_ep_open_ud(struct dfi_ep *ep)
 	if (!rc) {
 		ep->fep = fep;
 		ep->state = DAT_EP_STATE_CONNECTED;
+	} else {
+		fep_abandon(ep, fep);
 	}
 	pthread_mutex_unlock(&ep->post_lock);
 	if (rc)
@@ -608,6 +623,8 @@ DAT_RETURN dfi_cr_accept(DAT_CR_HANDLE h, DAT_EP_HANDLE eph, DAT_COUNT plen,
 			ep->fep = fep;
 		ep->state = rc ? (entry == DAT_EP_STATE_RESERVED ? DAT_EP_STATE_UNCONNECTED : entry) :
 			DAT_EP_STATE_PASSIVE_CONNECTION_PENDING;
+		if (rc)
+			fep_abandon(ep, fep);
 		pthread_mutex_unlock(&ep->post_lock);
 		if (rc) {
 			dfi_fep_close(fep);
@@ -712,6 +729,8 @@ static DAT_RETURN ep_connect_to(struct dfi_ep *ep, struct sockaddr_in dest, DAT_
 			 * answers ends the connect too */
 			dfi_fep_arm_liveness(fep, ia->peer_timeout_ms, &dest);
 			dfi_cnt_add(&ia->cnt[DCNT_IA_CM_REQ_TX], 1);
+		} else {
+			fep_abandon(ep, fep);
 		}
 		pthread_mutex_unlock(&ep->post_lock);
 		if (rc)

@@ -787,6 +787,42 @@ static void test_connect_timeout_silent_peer(void **state)
 	alarm(0);
 }
 
+/* A connect that fails at once, with no route to the peer (the soak's
+ * link down; here the broadcast address, to which the kernel refuses a TCP
+ * connect before anything is sent): DAT_INVALID_ADDRESS, the EP stays
+ * unconnected, and the receives posted before it come back flushed, as a
+ * closing MSG endpoint flushes them; on an RDM IA they were on an
+ * endpoint shared with other EPs, where nothing else would end them.
+ * Then the EP connects for real. */
+static void test_connect_refused_at_once(void **state)
+{
+	struct pair *p = *state;
+	struct sockaddr_in bc = loopback();
+	DAT_RETURN rc;
+	char b[160];
+
+	watchdog(__func__, 30);
+	bc.sin_addr.s_addr = htonl(INADDR_BROADCAST);
+	for (int i = 0; i < 3; i++)
+		assert_ok(post_recv1(&p->c, (size_t)i * 1024, 1024, 0x7200 + (uint64_t)i));
+	rc = dat_ep_connect(p->c.ep, (DAT_IA_ADDRESS_PTR)&bc, p->port, 5 * SEC, 0, NULL,
+			    DAT_QOS_BEST_EFFORT, DAT_CONNECT_DEFAULT_FLAG);
+	if (DAT_GET_TYPE(rc) != DAT_INVALID_ADDRESS)
+		fail_msg("dat_ep_connect to 255.255.255.255 returned %s, expected "
+			 "DAT_INVALID_ADDRESS at once (the kernel has no route for it)",
+			 rc_name(rc, b, sizeof(b)));
+	assert_int_equal(ep_state(p->c.ep), DAT_EP_STATE_UNCONNECTED);
+	expect_flushed(p->c.rcv, p->c.ep, 0x7200, 3, 2000, "client after a refused connect");
+	expect_empty(p->c.conn, 100, "client after a refused connect");
+	establish(p);
+	assert_ok(post_recv1(&p->s, 0, 64, 0x7300));
+	assert_ok(post_send1(&p->c, 4096, 64, 0x7301, DAT_COMPLETION_DEFAULT_FLAG));
+	expect_dto(p->s.rcv, p->s.ep, 0x7300, DAT_DTO_RECEIVE, DAT_DTO_SUCCESS, 64, 5000,
+		   "a message after the refused connect");
+	expect_dto(p->c.req, p->c.ep, 0x7301, DAT_DTO_SEND, DAT_DTO_SUCCESS, 64, 5000,
+		   "a send after the refused connect");
+}
+
 /* =========================================================== 2. data */
 
 /* Send/receive with 1..4 segments each way round: exact lengths and cookies
@@ -5765,6 +5801,7 @@ int main(int argc, char **argv)
 		/* 10. a send with no receive posted */
 		TP(test_send_without_posted_recv),
 		TP(test_sends_into_ended_connection),
+		TP(test_connect_refused_at_once),
 		/* 11. private data limit */
 		TP(test_pdata_max_size),
 		/* 12. RDMA write ping-pong (dtest -D), write-then-send visibility */
