@@ -77,19 +77,24 @@ t0=$(now_ms)
 stop=$((t0 + SECS * 1000 - T - 5000))
 : > "$work/faults"
 nparts=0 nfaults=0
-rand_s() { echo "$(( $1 + RANDOM % ($2 - $1 + 1) ))"; }	# LO..HI tenths
+# RANDOM only in this shell: bash reseeds it in every subshell, so a
+# draw inside $(...) would not come from the seed
+rand_s() { R=$(( $1 + RANDOM % ($2 - $1 + 1) )); }	# R: LO..HI tenths
+tenths() { printf '%d.%d' $(($1 / 10)) $(($1 % 10)); }
 while kill -0 "$pa" 2>/dev/null; do
-	sleep "$(rand_s 20 60 | sed 's/.$/.&/')"
+	rand_s 20 60
+	sleep "$(tenths $R)"
 	left=$((stop - $(now_ms)))
 	[ "$left" -lt 1000 ] && break
-	h=$([ $((RANDOM % 2)) = 0 ] && echo a || echo b)
+	if [ $((RANDOM % 2)) = 0 ]; then h=a; else h=b; fi
 	f=$((RANDOM % 3))
 	[ "$nparts" = 0 ] && [ "$left" -lt $((T + 15000)) ] && f=2
 	case $f in
-	0) d=$(rand_s 20 50); kind="loss 3 % both ways on $h" ;;
-	1) d=$(rand_s 5 $((T / 100 - 10))); kind="link of $h down" ;;
-	2) d=$(rand_s $((T / 100 + 15)) $((T / 100 + 30))); kind="partition of $h" ;;
+	0) rand_s 20 50; kind="loss 3 % both ways on $h" ;;
+	1) rand_s 5 $((T / 100 - 10)); kind="link of $h down" ;;
+	2) rand_s $((T / 100 + 15)) $((T / 100 + 30)); kind="partition of $h" ;;
 	esac
+	d=$R
 	# a partition must fit before the stop, with time to connect again
 	[ "$f" = 2 ] && [ "$left" -lt $((d * 100 + 2000)) ] && break
 	s=$(now_ms)
@@ -98,7 +103,7 @@ while kill -0 "$pa" 2>/dev/null; do
 	1) hosts_link "$h" down ;;
 	2) hosts_drop "$h" both ;;
 	esac
-	sleep "$(echo "$d" | sed 's/.$/.&/;s/^\./0./')"
+	sleep "$(tenths "$d")"
 	case $f in
 	0|2) hosts_heal "$h" ;;
 	1) hosts_link "$h" up ;;
