@@ -1198,6 +1198,8 @@ static void ep_lost(struct dfi_ep *ep)
 	if (ep->fep && !ep->srq)
 		for (int i = 0; i < ep->recvq->n; i++)
 			dfi_fep_cancel(ep->fep, &ep->recvq->d[i]);
+	if (ep->fep)
+		dfi_fep_recvs_over(ep->fep);
 	pthread_mutex_unlock(&ep->post_lock);
 }
 

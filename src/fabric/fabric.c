@@ -211,6 +211,12 @@ void dfi_fep_cancel(struct dfi_fep *fep, void *ctx)
 	fep->be->fep_cancel(fep, ctx);
 }
 
+void dfi_fep_recvs_over(struct dfi_fep *fep)
+{
+	if (fep->be->fep_recvs_over)
+		fep->be->fep_recvs_over(fep);
+}
+
 void dfi_fep_close(struct dfi_fep *fep)
 {
 	if (fep)

@@ -243,6 +243,10 @@ int dfi_fep_shutdown(struct dfi_fep *fep);
 /* Cancel the receive posted with context ctx, if libfabric still queues it
  * (it then completes with ECANCELED); any other ctx is ignored. */
 void dfi_fep_cancel(struct dfi_fep *fep, void *ctx);
+/* The DAT layer posts no more receives on fep (its connection ended and
+ * they were cancelled): what still arrives for it may be discarded
+ * (rdm/sink.c).  Its close says the same. */
+void dfi_fep_recvs_over(struct dfi_fep *fep);
 void dfi_fep_close(struct dfi_fep *fep);
 /* The same for an endpoint bound to the CQs cqs[0..n) (NULLs allowed, at
  * most 4): their fds stop watching its socket before its number is free. */

@@ -80,6 +80,7 @@ struct dfi_backend {
 	int (*fep_accept)(struct dfi_fep *fep, const void *pdata, size_t plen);
 	int (*fep_shutdown)(struct dfi_fep *fep);
 	void (*fep_cancel)(struct dfi_fep *fep, void *ctx);
+	void (*fep_recvs_over)(struct dfi_fep *fep);	/* NULL: nothing to do */
 	void (*fep_close)(struct dfi_fep *fep);
 	int (*fep_peer)(struct dfi_fep *fep, struct sockaddr_in *peer);
 	int (*fep_arm_liveness)(struct dfi_fep *fep, unsigned timeout_ms,

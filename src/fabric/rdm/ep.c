@@ -464,8 +464,6 @@ static int rdm_eq_trywait(struct dfi_eq *q)
 void rdm_conn_gone(struct rdm_fep *e)
 {
 	atomic_store_explicit(&e->ended, true, memory_order_relaxed);
-	if (e->conn)		/* what the peer had sent may be on its way */
-		rdm_sink_open(e, e->rtag);
 	dfi_rcm_conn_free(e->conn);
 	e->conn = NULL;
 }
@@ -871,6 +869,22 @@ static void rdm_fep_cancel(struct dfi_fep *fe, void *ctx)
 	(void)fi_cancel(&RDM_FEP(fe)->ep->fid, ctx);
 }
 
+/* What the peer had sent may still be on its way: a sink takes it, posted
+ * only now, behind every receive of the EP's (a sink posted at the
+ * connection's end, while the consumer still reposted receives, took
+ * messages those should have). */
+static void rdm_fep_recvs_over(struct dfi_fep *fe)
+{
+	struct rdm_fep *e = RDM_FEP(fe);
+
+	pthread_mutex_lock(&e->rf->lock);
+	if (!e->sunk) {
+		e->sunk = true;
+		rdm_sink_open(e, e->rtag);
+	}
+	pthread_mutex_unlock(&e->rf->lock);
+}
+
 static void rdm_fep_close(struct dfi_fep *fe)
 {
 	struct rdm_fep *e = RDM_FEP(fe);
@@ -879,6 +893,10 @@ static void rdm_fep_close(struct dfi_fep *fe)
 	pthread_mutex_lock(&rf->lock);
 	if (e->conn)
 		rdm_conn_gone(e);
+	if (!e->sunk) {		/* a peer that never had this end sent nothing */
+		e->sunk = true;
+		rdm_sink_open(e, e->rtag);
+	}
 	if (e->srx)
 		rdm_srx_fep_gone(e);
 	if (e->hello_posted)	/* a peer that never said it: the entry back */
@@ -940,6 +958,7 @@ const struct dfi_backend dfi_rdm_backend = {
 	.fep_accept = rdm_fep_accept,
 	.fep_shutdown = rdm_fep_shutdown,
 	.fep_cancel = rdm_fep_cancel,
+	.fep_recvs_over = rdm_fep_recvs_over,
 	.fep_close = rdm_fep_close,
 	.fep_peer = rdm_fep_peer,
 	.fep_arm_liveness = rdm_fep_arm_liveness,

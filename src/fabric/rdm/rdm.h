@@ -195,6 +195,7 @@ struct rdm_fep {
 	 * it ends at its first event */
 	bool ud_hs;
 	bool hello_posted;		/* the hello's receive (rdm_hello_recv) */
+	bool sunk;			/* its sink posted (sink.c) */
 	/* its goodbye word (NULL: none), and its peer's */
 	uint64_t *bye_word;
 	uint32_t bye_key, peer_bye_key;
@@ -253,7 +254,8 @@ int rdm_ep_open(struct rdm_fabric *rf, struct fid_cq *tx, struct fid_cq *rx, str
 void rdm_drain(struct rdm_fep *e);
 
 /* sink.c: what arrives for a connection that ended (lock held).
- * rdm_sink_open: at e's end, a sink for tag (its data's).
+ * rdm_sink_open: once e gets no more receives, a sink for tag (its
+ * data's).
  * rdm_sink_done: a completion of the backend's own receive (cq.c's
  * own_done, through ep.c): false if ctx is not a sink's.  rdm_sinks_drop:
  * rep's sinks freed as it closes, or all (rep NULL) and the scratch

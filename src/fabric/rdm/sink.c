@@ -8,9 +8,11 @@
  * most 128 bytes per peer, and at the next one stops reading the socket
  * it shares with every other connection to that peer; tcp;ofi_rxm and
  * shm keep a large one's sender waiting for a receive that never comes.
- * So at each end a sink, a receive of the connection's own tag into a
- * scratch region as large as a message may be, takes them one by one,
- * posted again at each completion.  The sinks of an endpoint are capped
+ * So once the DAT layer posts no more receives for a connection (its end
+ * flushed them, or its endpoint closes) a sink, a receive of the
+ * connection's own tag into a scratch region as large as a message may
+ * be, takes them one by one, posted again at each completion; posted
+ * behind every receive of the EP's, it never takes one of their messages.  The sinks of an endpoint are capped
  * (DAPL_OFI_RDM_SINKS): past the cap the oldest is cancelled.
  *
  * Inside rdm/ only; rf->lock guards the list and each sink.
