@@ -787,6 +787,24 @@ static void test_connect_timeout_silent_peer(void **state)
 	alarm(0);
 }
 
+/* One message of len bytes from the client to the server over their
+ * connection: both completions, and the bytes. */
+static void one_message(struct pair *p, size_t len, uint64_t cookie, const char *what)
+{
+	char w[160];
+
+	fill(p->c.buf + 4096, len, (unsigned)cookie);
+	memset(p->s.buf, 0, len);
+	assert_ok(post_recv1(&p->s, 0, len, cookie));
+	assert_ok(post_send1(&p->c, 4096, len, cookie + 1, DAT_COMPLETION_DEFAULT_FLAG));
+	snprintf(w, sizeof(w), "%s: the server's receive", what);
+	expect_dto(p->s.rcv, p->s.ep, cookie, DAT_DTO_RECEIVE, DAT_DTO_SUCCESS, len, 5000, w);
+	snprintf(w, sizeof(w), "%s: the client's send", what);
+	expect_dto(p->c.req, p->c.ep, cookie + 1, DAT_DTO_SEND, DAT_DTO_SUCCESS, len, 5000, w);
+	if (memcmp(p->s.buf, p->c.buf + 4096, len) != 0)
+		fail_msg("%s: the %zu bytes received differ from those sent", what, len);
+}
+
 /* A connect that fails at once, with no route to the peer (the soak's
  * link down; here the broadcast address, to which the kernel refuses a TCP
  * connect before anything is sent): DAT_INVALID_ADDRESS, the EP stays
@@ -815,12 +833,7 @@ static void test_connect_refused_at_once(void **state)
 	expect_flushed(p->c.rcv, p->c.ep, 0x7200, 3, 2000, "client after a refused connect");
 	expect_empty(p->c.conn, 100, "client after a refused connect");
 	establish(p);
-	assert_ok(post_recv1(&p->s, 0, 64, 0x7300));
-	assert_ok(post_send1(&p->c, 4096, 64, 0x7301, DAT_COMPLETION_DEFAULT_FLAG));
-	expect_dto(p->s.rcv, p->s.ep, 0x7300, DAT_DTO_RECEIVE, DAT_DTO_SUCCESS, 64, 5000,
-		   "a message after the refused connect");
-	expect_dto(p->c.req, p->c.ep, 0x7301, DAT_DTO_SEND, DAT_DTO_SUCCESS, 64, 5000,
-		   "a send after the refused connect");
+	one_message(p, 64, 0x7300, "after the refused connect");
 }
 
 /* =========================================================== 2. data */
@@ -3686,15 +3699,7 @@ static void test_sends_into_ended_connection(void **state)
 	}
 
 	reconnect(p);
-	memset(p->s.buf, 0, 2000);
-	fill(p->c.buf, 1000, 90);
-	assert_ok(post_recv1(&p->s, 0, 2000, 0x600));
-	assert_ok(post_send1(&p->c, 0, 1000, 0x601, DAT_COMPLETION_DEFAULT_FLAG));
-	expect_dto(p->s.rcv, p->s.ep, 0x600, DAT_DTO_RECEIVE, DAT_DTO_SUCCESS, 1000, 5000,
-		   "the next connection's first message, after messages of the ended one");
-	expect_dto(p->c.req, p->c.ep, 0x601, DAT_DTO_SEND, DAT_DTO_SUCCESS, 1000, 5000,
-		   "the next connection's first send");
-	assert_memory_equal(p->s.buf, p->c.buf, 1000);
+	one_message(p, 1000, 0x600, "the next connection, after messages of the ended one");
 }
 
 /* Exactly max_private_data_size bytes travel both ways, intact; one byte
@@ -4604,12 +4609,7 @@ static void test_cm_connect_300_in_turn(void **state)
 	watchdog(__func__, 120);
 	for (int i = 0; i < 300; i++) {
 		establish(p);
-		assert_ok(post_recv1(&p->s, 0, 64, 1));
-		assert_ok(post_send1(&p->c, 64, 64, 2, DAT_COMPLETION_DEFAULT_FLAG));
-		expect_dto(p->s.rcv, p->s.ep, 1, DAT_DTO_RECEIVE, DAT_DTO_SUCCESS, 64, 5000,
-			   "server receive");
-		expect_dto(p->c.req, p->c.ep, 2, DAT_DTO_SEND, DAT_DTO_SUCCESS, 64, 5000,
-			   "client send");
+		one_message(p, 64, 1, "connection after connection");
 		disconnect_both(p, p->s.ep, p->c.ep);
 		assert_ok(dat_ep_free(p->s.ep));
 		assert_ok(dat_ep_free(p->c.ep));
