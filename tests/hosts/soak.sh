@@ -39,6 +39,8 @@ PORT=18800
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
 PROG=$PWD/$B/tests/soak
+# the ledger's path from here: the hosts move the shell elsewhere
+case ${SOAK_LEDGER:-} in ''|/*) ;; *) SOAK_LEDGER=$PWD/$SOAK_LEDGER ;; esac
 [ -x "$PROG" ] || { echo "soak.sh: $PROG missing: run make tests" >&2; exit 2; }
 RSS_KB=${SOAK_RSS_KB:-8192}
 ldd "$PROG" | grep -q libasan && RSS_KB=${SOAK_RSS_KB:-524288}
