@@ -893,7 +893,7 @@ static void rdm_fep_close(struct dfi_fep *fe)
 	pthread_mutex_lock(&rf->lock);
 	if (e->conn)
 		rdm_conn_gone(e);
-	if (!e->sunk) {		/* a peer that never had this end sent nothing */
+	if (!e->sunk) {		/* the close says the DAT layer is done too */
 		e->sunk = true;
 		rdm_sink_open(e, e->rtag);
 	}

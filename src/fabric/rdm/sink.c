@@ -12,8 +12,9 @@
  * flushed them, or its endpoint closes) a sink, a receive of the
  * connection's own tag into a scratch region as large as a message may
  * be, takes them one by one, posted again at each completion; posted
- * behind every receive of the EP's, it never takes one of their messages.  The sinks of an endpoint are capped
- * (DAPL_OFI_RDM_SINKS): past the cap the oldest is cancelled.
+ * behind every receive of the EP's, it never takes one of their
+ * messages.  The sinks of an endpoint are capped (DAPL_OFI_RDM_SINKS):
+ * past the cap the oldest is cancelled.
  *
  * Inside rdm/ only; rf->lock guards the list and each sink.
  */
@@ -177,6 +178,9 @@ void rdm_sinks_drop(struct rdm_fabric *rf, const struct rdm_ep *rep)
 		if (!rep || s->rep == rep)
 			unlink_free(rf, s);
 	}
+	if (!rep && rf->sunk)
+		dfi_info(DFI_SS_FABRIC, "%llu messages of ended connections were taken by sinks",
+			 (unsigned long long)rf->sunk);
 	if (!rep && rf->scratch) {
 		munmap(rf->scratch, rf->scratch_len);
 		rf->scratch = NULL;
