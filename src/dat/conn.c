@@ -460,13 +460,13 @@ static int ep_post_early(struct dfi_ep *ep, struct dfi_fep *fep)
 	return 0;
 }
 
-/* fep will not carry ep's connection: its connect or accept was refused
- * at once, or ep_post_early failed (post_lock held).  The receives
- * ep_post_early put on it are cancelled, so that they complete flushed
- * as a closing MSG endpoint flushes them; an RDM endpoint is shared and
- * outlives fep, and would keep them for ever (found by the soak: a
- * connect refused in a link flap).  One not on fep is ignored. */
-static void fep_abandon(struct dfi_ep *ep, struct dfi_fep *fep)
+/* ep's receives on fep cancelled, to complete flushed (post_lock held;
+ * one not on fep is ignored).  At a connection's end (ep_lost), and when
+ * fep will not carry the connection: its connect or accept was refused at
+ * once, or ep_post_early failed.  A closing MSG endpoint would flush them
+ * itself; an RDM endpoint is shared and outlives fep, and would keep them
+ * for ever (found by the soak: a connect refused in a link flap). */
+static void recvs_cancel(struct dfi_ep *ep, struct dfi_fep *fep)
 {
 	if (!ep->srq)
 		for (int i = 0; i < ep->recvq->n; i++)
@@ -493,7 +493,7 @@ int dfi_ep_open_ud(struct dfi_ep *ep)
 		ep->fep = fep;
 		ep->state = DAT_EP_STATE_CONNECTED;
 	} else {
-		fep_abandon(ep, fep);
+		recvs_cancel(ep, fep);
 	}
 	pthread_mutex_unlock(&ep->post_lock);
 	if (rc)
@@ -624,7 +624,7 @@ DAT_RETURN dfi_cr_accept(DAT_CR_HANDLE h, DAT_EP_HANDLE eph, DAT_COUNT plen,
 		ep->state = rc ? (entry == DAT_EP_STATE_RESERVED ? DAT_EP_STATE_UNCONNECTED : entry) :
 			DAT_EP_STATE_PASSIVE_CONNECTION_PENDING;
 		if (rc)
-			fep_abandon(ep, fep);
+			recvs_cancel(ep, fep);
 		pthread_mutex_unlock(&ep->post_lock);
 		if (rc) {
 			dfi_fep_close(fep);
@@ -730,7 +730,7 @@ static DAT_RETURN ep_connect_to(struct dfi_ep *ep, struct sockaddr_in dest, DAT_
 			dfi_fep_arm_liveness(fep, ia->peer_timeout_ms, &dest);
 			dfi_cnt_add(&ia->cnt[DCNT_IA_CM_REQ_TX], 1);
 		} else {
-			fep_abandon(ep, fep);
+			recvs_cancel(ep, fep);
 		}
 		pthread_mutex_unlock(&ep->post_lock);
 		if (rc)
@@ -1195,11 +1195,10 @@ static void ep_lost(struct dfi_ep *ep)
 {
 	pthread_mutex_lock(&ep->post_lock);
 	ep->state = DAT_EP_STATE_DISCONNECTED;
-	if (ep->fep && !ep->srq)
-		for (int i = 0; i < ep->recvq->n; i++)
-			dfi_fep_cancel(ep->fep, &ep->recvq->d[i]);
-	if (ep->fep)
+	if (ep->fep) {
+		recvs_cancel(ep, ep->fep);
 		dfi_fep_recvs_over(ep->fep);
+	}
 	pthread_mutex_unlock(&ep->post_lock);
 }
 

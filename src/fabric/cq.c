@@ -382,7 +382,7 @@ static void own_done(struct dfi_cq *c, void *ctx, int err, size_t len)
 	const struct dfi_backend *be = c->owner->be;
 
 	if (be->own_done)
-		(void)be->own_done(c->owner, ctx, err, len);
+		be->own_done(c->owner, ctx, err, len);
 }
 
 /* fi_cq_read writes straight into out (FI_CQ_FORMAT_DATA entries, see

@@ -52,7 +52,7 @@ struct dfi_backend {
 	/* a completion whose context is odd (dfi_cq_own_ctx): the backend's
 	 * own receive, its error (0, or libfabric's positive code) and
 	 * length.  NULL: dropped. */
-	bool (*own_done)(struct dfi_fabric *f, void *ctx, int err, size_t len);
+	void (*own_done)(struct dfi_fabric *f, void *ctx, int err, size_t len);
 
 	int (*eq_open)(struct dfi_fabric *f, struct dfi_eq **eq);
 	void (*eq_close)(struct dfi_eq *eq);

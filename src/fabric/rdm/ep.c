@@ -37,7 +37,7 @@ static int rdm_open(struct dfi_fabric *f, const struct sockaddr_in *addr, char *
 		return -ENOMEM;
 	}
 	rf->f = f;
-	rf->sinks_tail = &rf->sinks;
+	rdm_sinks_init(rf);
 	/* A provider whose CQs have no wait fd (shm, efa in 1.17): its CQs
 	 * are polled, by the progress thread and by waiters (docs/rdm.md) */
 	{
@@ -521,16 +521,15 @@ int rdm_hello_recv(struct rdm_fep *e)
 
 /* The completion of a receive of the backend's own (cq.c): a sink's, or
  * a hello's, which has nothing more to do. */
-static bool rdm_own_done(struct dfi_fabric *f, void *ctx, int err, size_t len)
+static void rdm_own_done(struct dfi_fabric *f, void *ctx, int err, size_t len)
 {
 	struct rdm_fabric *rf = f->priv;
 
 	if (!rf)
-		return false;
+		return;
 	pthread_mutex_lock(&rf->lock);
-	(void)rdm_sink_done(rf, ctx, err, len);
+	rdm_sink_done(rf, ctx, err, len);
 	pthread_mutex_unlock(&rf->lock);
-	return true;
 }
 
 /* A few progress passes of the endpoint's CQs, reading no completion:
@@ -878,10 +877,7 @@ static void rdm_fep_recvs_over(struct dfi_fep *fe)
 	struct rdm_fep *e = RDM_FEP(fe);
 
 	pthread_mutex_lock(&e->rf->lock);
-	if (!e->sunk) {
-		e->sunk = true;
-		rdm_sink_open(e, e->rtag);
-	}
+	rdm_sink_open(e);
 	pthread_mutex_unlock(&e->rf->lock);
 }
 
@@ -893,10 +889,7 @@ static void rdm_fep_close(struct dfi_fep *fe)
 	pthread_mutex_lock(&rf->lock);
 	if (e->conn)
 		rdm_conn_gone(e);
-	if (!e->sunk) {		/* the close says the DAT layer is done too */
-		e->sunk = true;
-		rdm_sink_open(e, e->rtag);
-	}
+	rdm_sink_open(e);	/* the close says the DAT layer is done too */
 	if (e->srx)
 		rdm_srx_fep_gone(e);
 	if (e->hello_posted)	/* a peer that never said it: the entry back */

@@ -121,6 +121,7 @@ struct rdm_fabric {
 	/* sinks of ended connections (sink.c), oldest first, and the
 	 * scratch region they receive into */
 	struct rdm_sink *sinks, **sinks_tail;
+	size_t sink_cap;		/* per endpoint (DAPL_OFI_RDM_SINKS) */
 	void *scratch;
 	size_t scratch_len;
 	uint64_t sunk;			/* messages they took */
@@ -253,16 +254,17 @@ int rdm_ep_open(struct rdm_fabric *rf, struct fid_cq *tx, struct fid_cq *rx, str
  * (lock held) */
 void rdm_drain(struct rdm_fep *e);
 
-/* sink.c: what arrives for a connection that ended (lock held).
- * rdm_sink_open: once e gets no more receives, a sink for tag (its
- * data's).
- * rdm_sink_done: a completion of the backend's own receive (cq.c's
- * own_done, through ep.c): false if ctx is not a sink's.  rdm_sinks_drop:
- * rep's sinks freed as it closes, or all (rep NULL) and the scratch
- * region, at the fabric's close. */
+/* sink.c: what arrives for a connection that ended.  rdm_sinks_init: at
+ * the fabric's open.  The rest with the lock held.  rdm_sink_open: once e
+ * gets no more receives, a sink for its tag (once).  rdm_sink_done: a
+ * completion of the backend's own receive (cq.c's own_done, through
+ * ep.c), a sink's or not.  rdm_sinks_drop: rep's sinks freed as it
+ * closes, or all (rep NULL) and the scratch region, at the fabric's
+ * close. */
 struct rdm_sink;
-void rdm_sink_open(struct rdm_fep *e, uint64_t tag);
-bool rdm_sink_done(struct rdm_fabric *rf, void *ctx, int err, size_t len);
+void rdm_sinks_init(struct rdm_fabric *rf);
+void rdm_sink_open(struct rdm_fep *e);
+void rdm_sink_done(struct rdm_fabric *rf, void *ctx, int err, size_t len);
 void rdm_sinks_drop(struct rdm_fabric *rf, const struct rdm_ep *rep);
 
 /* bye.c: the goodbye (lock held) */

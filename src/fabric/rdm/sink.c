@@ -46,13 +46,15 @@ struct rdm_sink {
 /* A message this large leaves its pages to the kernel after it */
 #define SINK_GIVE_BACK		(1u << 20)
 
-static size_t sink_cap(const struct rdm_fabric *rf)
+void rdm_sinks_init(struct rdm_fabric *rf)
 {
 	long v = dfi_param_int(DFI_P_RDM_SINKS);
 
+	rf->sinks_tail = &rf->sinks;
 	if (v >= 0)
-		return (size_t)v;
-	return rf->f->lim.rx_size ? rf->f->lim.rx_size / 8 : 1024;
+		rf->sink_cap = (size_t)v;
+	else
+		rf->sink_cap = rf->f->lim.rx_size ? rf->f->lim.rx_size / 8 : 1024;
 }
 
 /* The scratch region every sink receives into, reserved at the first
@@ -121,27 +123,29 @@ static void sink_retire_oldest(struct rdm_ep *rep, struct rdm_fabric *rf)
 	}
 }
 
-void rdm_sink_open(struct rdm_fep *e, uint64_t tag)
+void rdm_sink_open(struct rdm_fep *e)
 {
 	struct rdm_fabric *rf = e->rf;
-	size_t cap = sink_cap(rf);
 	struct rdm_sink *s;
 
+	if (e->sunk)
+		return;
+	e->sunk = true;
 	/* an SRQ's stale messages go back to it (srx.c); a handshake's
 	 * endpoint is a UD one's; a peer that never had this end sent
 	 * nothing; FI_MR_LOCAL would want the scratch registered */
-	if (!cap || e->srx || e->ud_hs || !e->rep || e->peer == FI_ADDR_UNSPEC ||
+	if (!rf->sink_cap || e->srx || e->ud_hs || !e->rep || e->peer == FI_ADDR_UNSPEC ||
 	    (rf->f->info->domain_attr->mr_mode & FI_MR_LOCAL))
 		return;
 	if (!scratch_get(rf))
 		return;
-	if (e->rep->nsinks >= cap)
+	if (e->rep->nsinks >= rf->sink_cap)
 		sink_retire_oldest(e->rep, rf);
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return;
 	s->rep = e->rep;
-	s->tag = tag;
+	s->tag = e->rtag;
 	s->prev = rf->sinks_tail;
 	*rf->sinks_tail = s;
 	rf->sinks_tail = &s->next;
@@ -149,12 +153,12 @@ void rdm_sink_open(struct rdm_fep *e, uint64_t tag)
 	(void)sink_post(rf, s);
 }
 
-bool rdm_sink_done(struct rdm_fabric *rf, void *ctx, int err, size_t len)
+void rdm_sink_done(struct rdm_fabric *rf, void *ctx, int err, size_t len)
 {
 	struct rdm_sink *s;
 
 	if (!IS_SINK_CTX(ctx))
-		return false;
+		return;		/* a hello's */
 	s = SINK_OF(ctx);
 	if (s->cancelling || err == FI_ECANCELED) {
 		unlink_free(rf, s);
@@ -168,7 +172,6 @@ bool rdm_sink_done(struct rdm_fabric *rf, void *ctx, int err, size_t len)
 				      MADV_DONTNEED);
 		(void)sink_post(rf, s);
 	}
-	return true;
 }
 
 void rdm_sinks_drop(struct rdm_fabric *rf, const struct rdm_ep *rep)
