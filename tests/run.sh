@@ -288,6 +288,15 @@ for rdm in rxm:ofi-rxm-lo shm:ofi-shm; do
 			fi
 		elif [ "$scope" = all ]; then
 			CONN_TEST_IA=$ia run test_api_conn-$tag 300 "$B/tests/test_api_conn"
+			# rxm with acknowledged sends (off by default there; docs/rdm.md,
+			# "A late RDMA access"): bad RDMA accesses, and the loss they cause
+			if [ "$tag" = rxm ]; then
+				DAPL_OFI_RDM_TRANSMIT_COMPLETE=1 CONN_TEST_IA=$ia run \
+					test_api_conn-$tag-acked-rdma 300 "$B/tests/test_api_conn" 'test_rdma_*'
+				DAPL_OFI_RDM_TRANSMIT_COMPLETE=1 CONN_TEST_IA=$ia run \
+					test_api_conn-$tag-acked-freed 300 "$B/tests/test_api_conn" \
+					'test_write_to_freed_*'
+			fi
 			IB_TEST_IA=$ia run test_api_ib-$tag 300 "$B/tests/test_api_ib"
 			# (test_api_srq_peer's own IA is ofi-shm: it ran above)
 			peer=srq_peer

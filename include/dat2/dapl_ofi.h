@@ -23,5 +23,9 @@
  * the target's progress): how the IB extension's atomics are carried;
  * absent where they are not (dapl-ofi(7)) */
 #define DAPL_OFI_ATTR_ATOMICS	"DAPL_OFI_ATOMICS"
+/* RDM IAs: "TRUE" where a send or RDMA write completes once the peer's
+ * provider has it, "FALSE" where once it is in the local provider's
+ * buffers (DAPL_OFI_RDM_TRANSMIT_COMPLETE, dapl-ofi(7)) */
+#define DAPL_OFI_ATTR_RDM_ACKED	"DAPL_OFI_RDM_ACKED"
 
 #endif

@@ -491,7 +491,7 @@ int dfi_ep_open_ud(struct dfi_ep *ep)
 	rc = ep_post_early(ep, fep);
 	if (!rc) {
 		ep->fep = fep;
-		ep->state = DAT_EP_STATE_CONNECTED;
+		dfi_ep_state_locked(ep, DAT_EP_STATE_CONNECTED);
 	} else {
 		recvs_cancel(ep, fep);
 	}
@@ -621,8 +621,9 @@ DAT_RETURN dfi_cr_accept(DAT_CR_HANDLE h, DAT_EP_HANDLE eph, DAT_COUNT plen,
 			rc = dfi_fep_accept(fep, pdata, (size_t)plen);
 		if (!rc)
 			ep->fep = fep;
-		ep->state = rc ? (entry == DAT_EP_STATE_RESERVED ? DAT_EP_STATE_UNCONNECTED : entry) :
-			DAT_EP_STATE_PASSIVE_CONNECTION_PENDING;
+		dfi_ep_state_locked(ep, rc ? (entry == DAT_EP_STATE_RESERVED ?
+					      DAT_EP_STATE_UNCONNECTED : entry) :
+					 DAT_EP_STATE_PASSIVE_CONNECTION_PENDING);
 		if (rc)
 			recvs_cancel(ep, fep);
 		pthread_mutex_unlock(&ep->post_lock);
@@ -724,7 +725,7 @@ static DAT_RETURN ep_connect_to(struct dfi_ep *ep, struct sockaddr_in dest, DAT_
 			rc = dfi_fep_connect(fep, &dest, pdata, (size_t)plen);
 		if (!rc) {
 			ep->fep = fep;
-			ep->state = DAT_EP_STATE_ACTIVE_CONNECTION_PENDING;
+			dfi_ep_state_locked(ep, DAT_EP_STATE_ACTIVE_CONNECTION_PENDING);
 			/* a listener's host that vanishes before it
 			 * answers ends the connect too */
 			dfi_fep_arm_liveness(fep, ia->peer_timeout_ms, &dest);
@@ -1194,7 +1195,7 @@ static DAT_EVENT_NUMBER error_event(int err, bool connected)
 static void ep_lost(struct dfi_ep *ep)
 {
 	pthread_mutex_lock(&ep->post_lock);
-	ep->state = DAT_EP_STATE_DISCONNECTED;
+	dfi_ep_state_locked(ep, DAT_EP_STATE_DISCONNECTED);
 	if (ep->fep) {
 		recvs_cancel(ep, ep->fep);
 		dfi_fep_recvs_over(ep->fep);
@@ -1316,6 +1317,30 @@ static void translate(struct dfi_ia *ia, struct dfi_cm_event *e, struct cm_post 
 	default:
 		break;
 	}
+}
+
+
+/* An EP whose request failed in the provider while it was connected (the
+ * CQ reader's dto_fault) loses its connection: the backend ends it, and
+ * its events follow as for any broken connection.  One walk takes every
+ * EP flagged since the last. */
+void dfi_ep_faults(struct dfi_ia *ia)
+{
+	if (!atomic_exchange(&ia->faults, false))
+		return;
+	pthread_mutex_lock(&ia->cm_lock);
+	pthread_mutex_lock(&ia->lock);	/* the object list; after cm_lock */
+	for (struct dfi_obj *o = ia->objs.next; o != &ia->objs; o = o->next) {
+		struct dfi_ep *ep = (struct dfi_ep *)o;
+		int err;
+
+		if (o->type != DFI_T_EP || !(err = atomic_exchange(&ep->fault, 0)))
+			continue;
+		if (ep->fep && ep->state == DAT_EP_STATE_CONNECTED)
+			dfi_fep_fault(ep->fep, err);	/* (the backend says why) */
+	}
+	pthread_mutex_unlock(&ia->lock);
+	pthread_mutex_unlock(&ia->cm_lock);
 }
 
 /* A UD EP's resolutions past their deadline (cm_lock and the IA lock

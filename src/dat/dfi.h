@@ -97,7 +97,7 @@ struct dfi_ia {
 	 * write-held by a free, under cm_lock or none (ud.c) */
 	pthread_rwlock_t ud_lock;
 	int n_ep;			/* EPs, provider-created ones too: max_eps */
-	DAT_NAMED_ATTR prov_attr[12];
+	DAT_NAMED_ATTR prov_attr[13];
 	int n_prov_attr;
 
 	/* Connections (conn.c) and the progress thread (progress.c), started
@@ -111,6 +111,7 @@ struct dfi_ia {
 	struct dfi_held_end *held_ends;
 	int n_held_ends, cap_held_ends;
 	atomic_bool ends_held;		/* n_held_ends > 0: the tick looks again */
+	atomic_bool faults;		/* an EP's fault waits (dfi_ep_faults) */
 	atomic_bool eq_open;		/* eq may be read by a consumer (dfi_cm_pull) */
 	atomic_uint eq_pulls;		/* dequeues from CR and connection EVDs (the EQ's lease) */
 	atomic_uint eq_touches;		/* connects, accepts, disconnects (the same) */
@@ -299,6 +300,11 @@ struct dfi_ep {
 	pthread_mutex_t post_lock;
 	DAT_EP_ATTR attr;
 	DAT_EP_STATE state;
+	/* state is CONNECTED, for the CQ readers, who hold neither lock */
+	atomic_bool up;
+	/* a request failed in the provider while up (its errno): the
+	 * progress thread ends the connection (dfi_ep_faults) */
+	atomic_int fault;
 	struct dfi_fep *fep;
 	/* its connection's socket was cut under the provider
 	 * (dfi_ep_cut_reads): what fails on it from then on was flushed;
@@ -496,10 +502,17 @@ static inline struct dfi_pz *dfi_pz_of(struct dfi_ia *ia, DAT_PZ_HANDLE h)
 }
 
 /* cm_lock held: see struct dfi_ep. */
+/* post_lock held (and cm_lock, as for every write of state) */
+static inline void dfi_ep_state_locked(struct dfi_ep *ep, DAT_EP_STATE st)
+{
+	ep->state = st;
+	atomic_store_explicit(&ep->up, st == DAT_EP_STATE_CONNECTED, memory_order_relaxed);
+}
+
 static inline void dfi_ep_set_state(struct dfi_ep *ep, DAT_EP_STATE st)
 {
 	pthread_mutex_lock(&ep->post_lock);
-	ep->state = st;
+	dfi_ep_state_locked(ep, st);
 	pthread_mutex_unlock(&ep->post_lock);
 }
 
@@ -718,6 +731,9 @@ bool dfi_cm_pulling(void);
 /* Progress thread: connects past their DAT timeout end with TIMED_OUT.
  * Returns whether a timed connect is still pending (keep ticking). */
 bool dfi_connect_timeouts(struct dfi_ia *ia);
+/* The progress thread ends the connections whose requests failed in the
+ * provider while connected (dto.c's faults; cm_lock taken). */
+void dfi_ep_faults(struct dfi_ia *ia);
 
 /* rmr.c */
 struct dfi_rmr;
@@ -748,6 +764,8 @@ void dfi_progress_rearm_rcq(struct dfi_ep *ep, bool stalled);
 void dfi_progress_mark_stalled(struct dfi_ep *ep, bool stalled);
 /* Wake the thread to look at stalled SRQ EPs again (a buffer was posted). */
 void dfi_progress_kick(struct dfi_ia *ia);
+/* The same from a CQ reader, without the IA lock (an EP's fault, dto.c). */
+void dfi_progress_kick_cq(struct dfi_ia *ia);
 /* The same for every SRQ EP: a buffer was posted to a dry SRQ. */
 void dfi_progress_kick_all_rcqs(struct dfi_ia *ia);
 /* ep's libfabric endpoint reports to the CQs of both EVDs (IA lock taken). */

@@ -332,6 +332,26 @@ static bool dto_take_live(struct dfi_dto *d, const struct dfi_comp *c)
 	return false;
 }
 
+/* A request failed in the provider while its EP was connected: the
+ * connection ends, as an IB QP goes to error at a failed request.  A
+ * connected endpoint's provider ends it itself; an RDM endpoint carries
+ * other connections on, so the RDM backend breaks this one
+ * (dfi_ep_faults, run by the progress thread: this reader may hold an
+ * EVD lock, below the locks that takes).  The flushes of a connection
+ * that ended, or was cut, find the EP no longer up. */
+static void dto_fault(struct dfi_dto *d, int err)
+{
+	struct dfi_ep *ep = d->ep;
+	int none = 0;
+
+	if (d->ud || !atomic_load_explicit(&ep->up, memory_order_relaxed) ||
+	    atomic_load_explicit(&ep->cut, memory_order_relaxed) ||
+	    !atomic_compare_exchange_strong(&ep->fault, &none, err))
+		return;
+	atomic_store(&ep->hdr.ia->faults, true);
+	dfi_progress_kick_cq(ep->hdr.ia);
+}
+
 /* A completion of a freed EP's pool (dfi_ep_dto_orphan): its EP is gone,
  * maybe another EP in its memory, so nothing of it is looked at but the
  * pool, which stays until the completion is read (dfi_dto_pool_release).
@@ -513,6 +533,8 @@ DFI_HOT static int cq_read(void *ctx, DAT_EVENT *ev, int max)
 			 * consumer reaps the event (cq_consumed); one of a
 			 * freed EP is dropped, its slot freed now */
 			orphan = dto_orphan(d);
+			if (__builtin_expect(c[i].err != 0, 0) && !orphan)
+				dto_fault(d, c[i].err);
 			if (!orphan && !order_turn(d, &c[i])) {
 				if (d->op != DAT_DTO_RECEIVE)
 					fence_done(d);
@@ -576,6 +598,8 @@ DFI_HOT static int cq_read_one(void *ctx, DAT_EVENT *ev)
 		if (!d || !dto_take_live(d, c))
 			continue;
 		orphan = dto_orphan(d);
+		if (__builtin_expect(c->err != 0, 0) && !orphan)
+			dto_fault(d, c->err);
 		if (!orphan && !order_turn(d, c)) {
 			if (d->op != DAT_DTO_RECEIVE)
 				fence_done(d);

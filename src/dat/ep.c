@@ -238,7 +238,7 @@ static DAT_RETURN ep_create(DAT_IA_HANDLE h, DAT_PZ_HANDLE pzh, DAT_EVD_HANDLE r
 	ep->conn_evd = conn;
 	ep->attr = a;
 	ep->ud = a.service_type == (DAT_SERVICE_TYPE)DAT_IB_SERVICE_TYPE_UD;
-	ep->state = DAT_EP_STATE_UNCONNECTED;
+	dfi_ep_state_locked(ep, DAT_EP_STATE_UNCONNECTED);
 	if (dfi_param_int(DFI_P_INJECT))
 		ep->inject_max = (uint32_t)dfi_fabric_limits(ia->fab)->inject_size;
 	if (srq) {
@@ -300,7 +300,7 @@ struct dfi_ep *dfi_ep_new_tentative(struct dfi_ia *ia)
 		return NULL;
 	}
 	ep->attr = a;
-	ep->state = DAT_EP_STATE_TENTATIVE_CONNECTION_PENDING;
+	dfi_ep_state_locked(ep, DAT_EP_STATE_TENTATIVE_CONNECTION_PENDING);
 	return ep;
 }
 

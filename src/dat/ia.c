@@ -139,6 +139,9 @@ DAT_RETURN dfi_ia_open(const DAT_NAME_PTR name, DAT_COUNT async_qlen,
 	ia->n_prov_attr = 7;
 	if (dfi_fabric_limits(ia->fab)->ud)	/* RDM IAs only (ud.c) */
 		ia->prov_attr[ia->n_prov_attr++] = (DAT_NAMED_ATTR){ DAT_IB_ATTR_UD, "TRUE" };
+	if (dfi_fabric_limits(ia->fab)->rdm)
+		ia->prov_attr[ia->n_prov_attr++] = (DAT_NAMED_ATTR){ DAPL_OFI_ATTR_RDM_ACKED,
+			dfi_fabric_limits(ia->fab)->acked ? "TRUE" : "FALSE" };
 	if (dfi_fabric_limits(ia->fab)->atomic ||	/* native, or emulated */
 	    dfi_fabric_limits(ia->fab)->atomic_emul) {
 		ia->prov_attr[ia->n_prov_attr++] =

@@ -700,7 +700,9 @@ static void *progress_main(void *arg)
 				    rcqs_watched(ia))
 					ticking = true;
 				/* a kick also announces a connect with a timeout,
-				 * or a connection end held back (conn.c) */
+				 * a connection end held back (conn.c), or a
+				 * request failed on a connection (dto.c) */
+				dfi_ep_faults(ia);
 				if (dfi_connect_timeouts(ia) ||
 				    atomic_load_explicit(&ia->ends_held, memory_order_relaxed))
 					ticking = true;
@@ -1080,6 +1082,15 @@ void dfi_progress_kick_all_rcqs(struct dfi_ia *ia)
 {
 	atomic_store(&ia->rcq_kick_all, true);
 	dfi_progress_kick(ia);
+}
+
+/* The kick of a CQ reader, which may hold an EVD lock (below the IA
+ * lock): eq_open says the thread and its fds exist, and is cleared before
+ * they go (a reader racing dat_ia_close is the consumer's error). */
+void dfi_progress_kick_cq(struct dfi_ia *ia)
+{
+	if (atomic_load_explicit(&ia->eq_open, memory_order_acquire))
+		kick_write(ia);
 }
 
 void dfi_progress_kick(struct dfi_ia *ia)

@@ -243,6 +243,12 @@ int dfi_fep_cut(struct dfi_fep *fep)
 	return fep->be->fep_cut ? fep->be->fep_cut(fep) : -ENOTSUP;
 }
 
+void dfi_fep_fault(struct dfi_fep *fep, int err)
+{
+	if (fep->be->fep_fault)
+		fep->be->fep_fault(fep, err);
+}
+
 DFI_HOT int dfi_post_send(struct dfi_fep *fep, const struct dfi_sge *sg, int n, void *ctx)
 {
 	return fep->be->post_send(fep, sg, n, ctx);

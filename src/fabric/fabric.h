@@ -29,6 +29,7 @@ struct dfi_fabric_limits {
 	uint64_t max_msg_size;
 	size_t mr_key_size;
 	size_t inject_size;		/* dfi_post_inject's limit (0: none) */
+	bool acked;			/* sends complete once the peer has them (RDM) */
 	size_t cq_data_size;		/* bytes of remote CQ data a post may carry */
 	bool atomic;			/* FI_ATOMIC: dfi_post_atomic works */
 	/* no FI_ATOMIC, but dfi_post_atomic_emul works: the peer applies
@@ -267,6 +268,12 @@ bool dfi_fep_aborted(const struct dfi_fep *fep);
  * endpoint.  0, or -ENOTSUP where the endpoint has no socket of its own
  * (the RDM backend, verbs). */
 int dfi_fep_cut(struct dfi_fep *fep);
+/* A request of the endpoint failed in the provider while its connection
+ * was up: the connection ends, at both ends, as a broken IB QP's does
+ * (the RDM backend breaks it; a connected endpoint's provider has ended
+ * it already, and its own event follows).  The progress thread's call,
+ * under the IA's CM lock (dfi_ep_faults). */
+void dfi_fep_fault(struct dfi_fep *fep, int err);
 
 struct dfi_sge {
 	void *addr;

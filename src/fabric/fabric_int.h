@@ -87,6 +87,7 @@ struct dfi_backend {
 				const struct sockaddr_in *dest);
 	bool (*fep_aborted)(const struct dfi_fep *fep);
 	int (*fep_cut)(struct dfi_fep *fep);		/* NULL: no socket */
+	void (*fep_fault)(struct dfi_fep *fep, int err);	/* NULL: the provider ends it */
 
 	int (*post_send)(struct dfi_fep *fep, const struct dfi_sge *sg, int n, void *ctx);
 	int (*post_inject)(struct dfi_fep *fep, const struct dfi_sge *sg, int n);
@@ -166,11 +167,11 @@ void dfi_fabric_fill_limits(const struct fi_info *i, bool atomics, struct dfi_fa
 int dfi_cq_bind(struct fid_ep *ep, struct dfi_cq *txcq, struct dfi_cq *rxcq);
 
 /* post.c, shared by both backends' posts; addr is the peer's (0 on a
- * connected endpoint).  An RDMA write or read of several segments to
- * raddr/rkey: one fi_writemsg/fi_readmsg (each backend keeps the
- * one-segment case apart, which builds none of this). */
+ * connected endpoint).  An RDMA write or read of sg to raddr/rkey: one
+ * fi_writemsg/fi_readmsg with FI_COMPLETION and flags (each backend keeps
+ * the plain one-segment case apart, which builds none of this). */
 int dfi_rma_msg(struct fid_ep *ep, const struct dfi_sge *sg, int n, fi_addr_t addr,
-		uint64_t raddr, uint32_t rkey, void *ctx, bool write);
+		uint64_t raddr, uint32_t rkey, void *ctx, bool write, uint64_t flags);
 /* An inject's segments copied into buf: their length, or -EMSGSIZE. */
 ssize_t dfi_gather(const struct dfi_sge *sg, int n, void *buf, size_t cap);
 /* A native 8-byte atomic (dfi_post_atomic's), libfabric's result. */

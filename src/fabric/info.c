@@ -3,6 +3,7 @@
 #include "fabric_int.h"
 #include "util/ia_params.h"
 #include "util/log.h"
+#include "util/param.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -112,6 +113,23 @@ static bool provider_exists(const char *prov)
 	return found;
 }
 
+/* Providers that carry every connection to a peer on one TCP stream and
+ * drop it whole, with what it held of other connections, when a peer's
+ * RDMA access fails: net's RDM endpoints, and rxm over tcp or net
+ * (docs/rdm.md, "A late RDMA access").  Their sends and writes are asked
+ * to complete once the peer has them (DAPL_OFI_RDM_TRANSMIT_COMPLETE). */
+static bool acked_prov(const char *prov)
+{
+	long v = dfi_param_int(DFI_P_RDM_TRANSMIT_COMPLETE);
+	bool net = prov && !strcmp(prov, "net");
+	bool rxm = prov && (!strcmp(prov, "tcp;ofi_rxm") || !strcmp(prov, "net;ofi_rxm"));
+
+	/* by default not on rxm: there a target that polls memory leaves
+	 * the acknowledgements to its progress thread, and dtest -W takes
+	 * milliseconds a round trip (docs/rdm.md) */
+	return v < 0 ? net : v > 0 && (net || rxm);
+}
+
 /* One fi_getinfo of endpoint type `type`, atomics and deep queues asked
  * for first: tcp and net 1.17 answer ENODATA to FI_ATOMIC, and are asked
  * again without; queues are what the provider grants otherwise.  node
@@ -124,6 +142,10 @@ static int getinfo_type(const char *prov, const char *node, const char *domain,
 
 	if (!hints)
 		return -FI_ENOMEM;
+	/* rxm hands the core endpoints it opens the hints' flags, net its
+	 * connections the endpoint's (set again below) */
+	if (type == FI_EP_RDM && acked_prov(prov))
+		hints->tx_attr->op_flags = FI_TRANSMIT_COMPLETE;
 	/* An RDM provider that can progress by itself is asked to first:
 	 * tcp;ofi_rxm makes its connections underneath at the first send,
 	 * and with automatic progress a thread of its own answers the peer's
@@ -154,6 +176,8 @@ static int getinfo_type(const char *prov, const char *node, const char *domain,
 	}
 	if (rc)
 		*out = NULL;
+	else if (hints->tx_attr->op_flags)
+		(*out)->tx_attr->op_flags |= hints->tx_attr->op_flags;
 	fi_freeinfo(hints);
 	return rc;
 }
@@ -227,6 +251,10 @@ void dfi_fabric_fill_limits(const struct fi_info *i, bool atomics, struct dfi_fa
 	l->rx_cq_own = l->atomic_emul && !l->rdm;
 	l->inject_size = i->tx_attr->inject_size < DFI_INJECT_MAX ? i->tx_attr->inject_size :
 								      DFI_INJECT_MAX;
+	/* an acknowledged provider's failed inject would go unheard of */
+	l->acked = l->rdm && (i->tx_attr->op_flags & FI_TRANSMIT_COMPLETE);
+	if (l->acked)
+		l->inject_size = 0;
 	l->prov_major = FI_MAJOR(i->fabric_attr->prov_version);
 	l->prov_minor = FI_MINOR(i->fabric_attr->prov_version);
 	l->fi_major = FI_MAJOR(fi_version());

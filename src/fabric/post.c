@@ -8,7 +8,7 @@
 #include <string.h>
 
 int dfi_rma_msg(struct fid_ep *ep, const struct dfi_sge *sg, int n, fi_addr_t addr,
-		uint64_t raddr, uint32_t rkey, void *ctx, bool write)
+		uint64_t raddr, uint32_t rkey, void *ctx, bool write, uint64_t flags)
 {
 	struct iovec iov[DFI_MAX_SGE];
 	void *desc[DFI_MAX_SGE];
@@ -25,8 +25,8 @@ int dfi_rma_msg(struct fid_ep *ep, const struct dfi_sge *sg, int n, fi_addr_t ad
 	for (int i = 0; i < n; i++)
 		total += sg[i].len;
 	riov = (struct fi_rma_iov){ .addr = raddr, .len = total, .key = rkey };
-	return dfi_post_rc(write ? fi_writemsg(ep, &msg, FI_COMPLETION) :
-				   fi_readmsg(ep, &msg, FI_COMPLETION));
+	return dfi_post_rc(write ? fi_writemsg(ep, &msg, FI_COMPLETION | flags) :
+				   fi_readmsg(ep, &msg, FI_COMPLETION | flags));
 }
 
 ssize_t dfi_gather(const struct dfi_sge *sg, int n, void *buf, size_t cap)

@@ -117,6 +117,21 @@ const struct dfi_param dfi_params[DFI_P_COUNT] = {
 		"endpoint's receive queue (2048 on tcp;ofi_rxm and net, 128 "
 		"on shm); 0: none, and such messages stay with the provider "
 		"(net then stops reading from that peer)." },
+	[DFI_P_RDM_TRANSMIT_COMPLETE] = { "DAPL_OFI_RDM_TRANSMIT_COMPLETE", DFI_PARAM_INT, "-1",
+		"On reliable-datagram IAs over net or tcp;ofi_rxm, which carry "
+		"every connection to a peer on one TCP stream: 1, a send or RDMA "
+		"write completes once the peer's provider has it (libfabric's "
+		"FI_TRANSMIT_COMPLETE: an acknowledgement each), not once it is "
+		"in the local socket.  These providers drop the whole stream "
+		"when a peer's RDMA access fails (a late write into a freed "
+		"region), with the messages of other connections they had not "
+		"read yet; acknowledged, such a message fails and its connection "
+		"ends BROKEN instead of vanishing.  Suppressed sends then complete "
+		"through the queue too (no fi_inject, whose failure nothing would "
+		"report).  It costs a 64 B ping-pong about twice the time, and on "
+		"tcp;ofi_rxm a target that polls memory (dtest -W) 1-5 ms a "
+		"round trip.  -1: on net, off on tcp;ofi_rxm; 0: off, and such "
+		"a loss is silent." },
 	[DFI_P_MTU] = { "DAPL_OFI_MTU", DFI_PARAM_INT, "2048",
 		"The IB transport MTU an IA reports (DAT_IB_TRANSPORT_MTU, "
 		"256 or more) when its ia_params has no mtu=.  OFA uDAPL's "

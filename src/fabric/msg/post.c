@@ -62,7 +62,7 @@ DFI_HOT static int rma(struct msg_fep *e, const struct dfi_sge *sg, int n, uint6
 		       uint32_t rkey, void *ctx, bool write)
 {
 	if (n != 1)
-		return dfi_rma_msg(e->ep, sg, n, 0, raddr, rkey, ctx, write);
+		return dfi_rma_msg(e->ep, sg, n, 0, raddr, rkey, ctx, write, 0);
 	return dfi_post_rc(write ? fi_write(e->ep, sg[0].addr, sg[0].len, dfi_sge_desc(&sg[0]), 0,
 					raddr, rkey, ctx) :
 			       fi_read(e->ep, sg[0].addr, sg[0].len, dfi_sge_desc(&sg[0]), 0,

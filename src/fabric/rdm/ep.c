@@ -748,6 +748,7 @@ static int rdm_fep_open(struct dfi_fabric *f, struct dfi_eq *eq, void *p,
 		return -ENOMEM;
 	e->base.be = &dfi_rdm_backend;
 	e->rf = rf;
+	e->acked = f->lim.acked;
 	e->ctx = ctx;
 	e->peer = FI_ADDR_UNSPEC;
 	e->tx_need = tx_size;
@@ -881,6 +882,24 @@ static void rdm_fep_recvs_over(struct dfi_fep *fe)
 	pthread_mutex_unlock(&e->rf->lock);
 }
 
+/* A request of e failed in the provider while the connection was up: a
+ * peer refused an RDMA access, or the stream that carries every
+ * connection to that peer broke under it (net, tcp;ofi_rxm; docs/rdm.md,
+ * "A late RDMA access").  The connection is broken, as an IB QP in error
+ * is, and closing its control channel tells the peer. */
+static void rdm_fep_fault(struct dfi_fep *fe, int err)
+{
+	struct rdm_fep *e = RDM_FEP(fe);
+
+	pthread_mutex_lock(&e->rf->lock);
+	if (e->conn && !atomic_load_explicit(&e->ended, memory_order_relaxed)) {
+		dfi_warn(DFI_SS_FABRIC, "connection %u: a request failed in the provider (%s): "
+			 "connection broken", e->id, strerror(err));
+		dfi_rcm_break(e->conn);
+	}
+	pthread_mutex_unlock(&e->rf->lock);
+}
+
 static void rdm_fep_close(struct dfi_fep *fe)
 {
 	struct rdm_fep *e = RDM_FEP(fe);
@@ -952,6 +971,7 @@ const struct dfi_backend dfi_rdm_backend = {
 	.fep_shutdown = rdm_fep_shutdown,
 	.fep_cancel = rdm_fep_cancel,
 	.fep_recvs_over = rdm_fep_recvs_over,
+	.fep_fault = rdm_fep_fault,
 	.fep_close = rdm_fep_close,
 	.fep_peer = rdm_fep_peer,
 	.fep_arm_liveness = rdm_fep_arm_liveness,

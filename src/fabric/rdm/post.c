@@ -136,13 +136,19 @@ DFI_HOT int dfi_rdm_post_recv(struct dfi_fep *fe, const struct dfi_sge *sg, int 
 static int rma(struct rdm_fep *e, const struct dfi_sge *sg, int n, uint64_t raddr,
 	       uint32_t rkey, void *ctx, bool write)
 {
+	/* net 1.17's fi_write asks for no acknowledgement, whatever the
+	 * endpoint's flags: an acknowledged fabric's writes ask themselves
+	 * (info.c, acked_prov) */
+	if (write && e->acked)
+		RETRY(e, dfi_rma_msg(e->ep, sg, n, e->peer, raddr, rkey, ctx, write,
+				     FI_TRANSMIT_COMPLETE));
 	if (n == 1)
 		RETRY(e, write ?
 			fi_write(e->ep, sg[0].addr, sg[0].len, dfi_sge_desc(&sg[0]), e->peer,
 				 raddr, rkey, ctx) :
 			fi_read(e->ep, sg[0].addr, sg[0].len, dfi_sge_desc(&sg[0]), e->peer,
 				raddr, rkey, ctx));
-	RETRY(e, dfi_rma_msg(e->ep, sg, n, e->peer, raddr, rkey, ctx, write));
+	RETRY(e, dfi_rma_msg(e->ep, sg, n, e->peer, raddr, rkey, ctx, write, 0));
 }
 
 DFI_HOT int dfi_rdm_post_write(struct dfi_fep *e, const struct dfi_sge *sg, int n, uint64_t raddr,
@@ -173,7 +179,8 @@ static int senddata(struct rdm_fep *e, const struct dfi_sge *sg, int n, uint64_t
 	rc = dfi_fill_iov(sg, n, iov, desc);
 	if (rc)
 		return rc;
-	RETRY(e, fi_tsendmsg(e->ep, &m, FI_REMOTE_CQ_DATA | FI_COMPLETION));
+	RETRY(e, fi_tsendmsg(e->ep, &m, FI_REMOTE_CQ_DATA | FI_COMPLETION |
+			     (e->acked ? FI_TRANSMIT_COMPLETE : 0)));
 }
 
 int dfi_rdm_post_senddata(struct dfi_fep *fe, const struct dfi_sge *sg, int n, uint64_t data,

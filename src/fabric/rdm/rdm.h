@@ -176,6 +176,7 @@ struct rdm_fep {
 	fi_addr_t peer;			/* the peer's RDM endpoint (peer_ref's) */
 	uint64_t stag;			/* the peer's tag: what this one sends with */
 	uint64_t rtag;			/* its own: what its receives match */
+	bool acked;			/* the fabric's limits' acked (post.c) */
 
 	struct rdm_fabric *rf;
 	struct rdm_ep *rep;
