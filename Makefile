@@ -46,7 +46,8 @@ FABRIC_SRCS := src/fabric/fabric.c src/fabric/info.c src/fabric/cq.c src/fabric/
 	       src/fabric/msg/cm.c src/fabric/msg/post.c src/fabric/msg/liveness.c \
 	       src/fabric/msg/halfreq.c src/fabric/msg/atomic.c \
 	       src/fabric/rdm/bye.c src/fabric/rdm/ep.c src/fabric/rdm/post.c src/fabric/rdm/rcm.c src/fabric/rdm/wire.c \
-	       src/fabric/rdm/shmexit.c src/fabric/rdm/sink.c src/fabric/rdm/srx.c src/fabric/rdm/ud.c
+	       src/fabric/rdm/liveness.c src/fabric/rdm/shmexit.c src/fabric/rdm/sink.c src/fabric/rdm/srx.c \
+	       src/fabric/rdm/ud.c
 DAT_SRCS    := src/dat/provider.c src/dat/handle.c src/dat/ia.c \
 	       src/dat/pz.c src/dat/lmr.c src/dat/evd.c src/dat/cno.c src/dat/ep.c \
 	       src/dat/dto.c src/dat/conn.c src/dat/progress.c src/dat/rmr.c src/dat/srq.c \

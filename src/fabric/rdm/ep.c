@@ -395,6 +395,7 @@ int rdm_peer_get(struct rdm_fabric *rf, struct rdm_fep *e, const struct dfi_rcm_
 	}
 	p->len = remote->addr_len;
 	memcpy(p->name, remote->addr, p->len);
+	p->armed_fd = -1;
 	p->next = rf->peers;
 	rf->peers = p;
 found:
@@ -621,6 +622,8 @@ static bool translate(struct rdm_fabric *rf, struct dfi_rcm_event *r, struct dfi
 		ev->value = r->value;
 		return true;
 	case DFI_RCM_BROKEN:
+		if (r->err == ETIMEDOUT && e->established)	/* the kernel gave up */
+			rdm_cut_peer(e);
 		rdm_conn_gone(e);
 		if (e->srx)
 			rdm_srx_fep_gone(e);
@@ -930,13 +933,18 @@ static int rdm_fep_peer(struct dfi_fep *fe, struct sockaddr_in *peer)
 }
 
 /* rcm arms every control channel itself (DAPL_OFI_PEER_TIMEOUT_MS at the
- * fabric's open). */
+ * fabric's open); once a connection is up, the provider's sockets to its
+ * peer get the same (liveness.c). */
 static int rdm_fep_arm_liveness(struct dfi_fep *fe, unsigned timeout_ms,
 				const struct sockaddr_in *dest)
 {
-	(void)fe;
-	(void)timeout_ms;
-	(void)dest;
+	struct rdm_fep *e = RDM_FEP(fe);
+
+	if (dest || e->ud_hs)
+		return 0;
+	pthread_mutex_lock(&e->rf->lock);
+	rdm_arm_peer(e, timeout_ms);
+	pthread_mutex_unlock(&e->rf->lock);
 	return 0;
 }
 

@@ -83,6 +83,7 @@ struct rdm_peer {
 	int refs;			/* connections using it */
 	uint16_t len;
 	uint8_t name[DFI_RDM_ADDR_MAX];
+	int armed_fd;			/* a provider socket to it, armed (liveness.c) */
 };
 
 /* The goodbye words of RDM_BOARD_WORDS connection ids, one page
@@ -234,6 +235,11 @@ void rdm_self_end(const struct rdm_fep *e, struct dfi_rcm_end *end);
 void rdm_conn_gone(struct rdm_fep *e);
 int rdm_path_up(struct rdm_fep *e, const struct dfi_rcm_end *remote);
 int rdm_hello_recv(struct rdm_fep *e);
+
+/* liveness.c: the provider's sockets to e's peer get the peer timeout, or
+ * are shut once its host went silent (lock held) */
+void rdm_arm_peer(struct rdm_fep *e, unsigned timeout_ms);
+void rdm_cut_peer(struct rdm_fep *e);
 
 /* ud.c: unreliable datagrams */
 void rdm_ud_resolved(struct rdm_fep *hs, struct dfi_cm_event *ev);
