@@ -1319,7 +1319,6 @@ static void translate(struct dfi_ia *ia, struct dfi_cm_event *e, struct cm_post 
 	}
 }
 
-
 /* An EP whose request failed in the provider while it was connected (the
  * CQ reader's dto_fault) loses its connection: the backend ends it, and
  * its events follow as for any broken connection.  One walk takes every

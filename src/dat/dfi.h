@@ -501,7 +501,6 @@ static inline struct dfi_pz *dfi_pz_of(struct dfi_ia *ia, DAT_PZ_HANDLE h)
 	return pz && pz->hdr.ia == ia ? pz : NULL;
 }
 
-/* cm_lock held: see struct dfi_ep. */
 /* post_lock held (and cm_lock, as for every write of state) */
 static inline void dfi_ep_state_locked(struct dfi_ep *ep, DAT_EP_STATE st)
 {
@@ -509,6 +508,7 @@ static inline void dfi_ep_state_locked(struct dfi_ep *ep, DAT_EP_STATE st)
 	atomic_store_explicit(&ep->up, st == DAT_EP_STATE_CONNECTED, memory_order_relaxed);
 }
 
+/* cm_lock held: see struct dfi_ep. */
 static inline void dfi_ep_set_state(struct dfi_ep *ep, DAT_EP_STATE st)
 {
 	pthread_mutex_lock(&ep->post_lock);
