@@ -254,4 +254,12 @@ void dfi_cq_soft_close(struct dfi_cq *c);
  * when /proc/self/fd cannot be read (fdwalk.c). */
 int dfi_fd_walk(bool (*visit)(int fd, void *arg), void *arg);
 
+/* a names the IPv4 address and port b does (what the walks above compare
+ * a socket's ends with). */
+static inline bool dfi_same_in(const struct sockaddr_in *a, const struct sockaddr_in *b)
+{
+	return a->sin_family == AF_INET && a->sin_port == b->sin_port &&
+	       a->sin_addr.s_addr == b->sin_addr.s_addr;
+}
+
 #endif

@@ -126,8 +126,7 @@ static bool is_listener(int fd, void *arg)
 	int v = 0;
 
 	if (getsockname(fd, (struct sockaddr *)&a, &len) || len != sizeof(a) ||
-	    a.sin_family != AF_INET || a.sin_port != me->sin_port ||
-	    a.sin_addr.s_addr != me->sin_addr.s_addr)
+	    !dfi_same_in(&a, me))
 		return false;
 	len = sizeof(v);
 	return !getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &v, &len) && v;

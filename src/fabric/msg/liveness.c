@@ -26,12 +26,6 @@
  * few numbers away (the kernel hands out the lowest free one). */
 static atomic_int sock_hint = -1;
 
-static bool same_in(const struct sockaddr_in *a, const struct sockaddr_in *b)
-{
-	return a->sin_family == AF_INET && a->sin_port == b->sin_port &&
-	       a->sin_addr.s_addr == b->sin_addr.s_addr;
-}
-
 /* fd's socket has these ends.  connecting: peer is where a connect in
  * flight goes, which a socket still in SYN_SENT cannot name yet; its local
  * address and port, bound by the connect, then have to do.  (Two connects
@@ -43,12 +37,12 @@ static bool sock_is(int fd, const struct sockaddr_in *self, const struct sockadd
 	struct sockaddr_in a;
 	socklen_t len = sizeof(a);
 
-	if (getsockname(fd, (struct sockaddr *)&a, &len) || len != sizeof(a) || !same_in(&a, self))
+	if (getsockname(fd, (struct sockaddr *)&a, &len) || len != sizeof(a) || !dfi_same_in(&a, self))
 		return false;
 	len = sizeof(a);
 	if (getpeername(fd, (struct sockaddr *)&a, &len))
 		return connecting && errno == ENOTCONN;
-	return len == sizeof(a) && same_in(&a, peer);
+	return len == sizeof(a) && dfi_same_in(&a, peer);
 }
 
 struct ends {

@@ -44,11 +44,6 @@ struct walk {
 	int n;				/* sockets cut */
 };
 
-static bool same_in(const struct sockaddr_in *a, const struct sockaddr_in *b)
-{
-	return a->sin_addr.s_addr == b->sin_addr.s_addr && a->sin_port == b->sin_port;
-}
-
 static bool as_in(const uint8_t *addr, size_t len, struct sockaddr_in *out)
 {
 	if (len != sizeof(*out))
@@ -63,10 +58,10 @@ static bool accepted_here(const struct walk *w, const struct sockaddr_in *local)
 	struct sockaddr_in a;
 
 	for (const struct rdm_ep *rep = w->rf->eps; rep; rep = rep->next)
-		if (as_in(rep->addr, rep->addr_len, &a) && same_in(&a, local))
+		if (as_in(rep->addr, rep->addr_len, &a) && dfi_same_in(&a, local))
 			return true;
 	return w->e->srx && as_in(w->e->srx->addr, w->e->srx->addr_len, &a) &&
-	       same_in(&a, local);
+	       dfi_same_in(&a, local);
 }
 
 static bool peer_sock(const struct walk *w, int fd)
@@ -82,7 +77,7 @@ static bool peer_sock(const struct walk *w, int fd)
 	    getpeername(fd, (struct sockaddr *)&remote, &rlen) || rlen != sizeof(remote) ||
 	    remote.sin_addr.s_addr != w->peer.sin_addr.s_addr)
 		return false;
-	return same_in(&remote, &w->peer) || accepted_here(w, &local);
+	return dfi_same_in(&remote, &w->peer) || accepted_here(w, &local);
 }
 
 static bool cut_one(int fd, void *arg)
