@@ -437,8 +437,10 @@ static int ep_open_fep(struct dfi_ep *ep, void *req, struct dfi_fep **fep)
  * time at the next connect, or flush them a second time at a reset. */
 static int ep_post_early(struct dfi_ep *ep, struct dfi_fep *fep)
 {
+	const struct dfi_fabric_limits *lim = dfi_fabric_limits(ep->hdr.ia->fab);
 	int rc, n;
 
+	dfi_dto_order_base(ep->recvq, lim->numbered ? lim->msgno_mask : 0);
 	for (int k = 0; k < ep->n_early; k++) {
 		const struct dfi_early *e = &ep->early[k];
 

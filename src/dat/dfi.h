@@ -192,6 +192,12 @@ struct dfi_dto_order {
 	unsigned done;			/* the next seq to report (its EVD's lock) */
 	bool listed;			/* on its EVD's ready list */
 	bool off;			/* no memory for early: reported as they come */
+	/* a numbered fabric's receive pool: the mask of its message numbers
+	 * (0: not numbered), and the seq of its connection's first receive
+	 * (dto.c, "numbered messages"; post_lock) */
+	_Atomic unsigned msgno_mask;
+	_Atomic unsigned base;
+	_Atomic bool lost_said;		/* its connection's gap logged */
 	struct dfi_dto_pool *next_ready;
 	/* [slot]: read before its turn (ctx NULL: none); allocated with the
 	 * first such completion */
@@ -629,6 +635,21 @@ static inline void dfi_dto_order_take(struct dfi_dto *d)
 	atomic_store_explicit(&o->slot[s % (unsigned)d->pool->n], (int)(d - d->pool->d),
 			      memory_order_relaxed);
 	atomic_store_explicit(&o->posted, s + 1, memory_order_release);
+}
+
+/* post_lock held: p's next post is its connection's first receive; its
+ * messages are numbered modulo msgno_mask + 1, or not (0; dto.c, "numbered
+ * messages"). */
+static inline void dfi_dto_order_base(struct dfi_dto_pool *p, unsigned msgno_mask)
+{
+	struct dfi_dto_order *o = p->order;
+
+	if (!o)
+		return;
+	atomic_store_explicit(&o->base, atomic_load_explicit(&o->posted, memory_order_relaxed),
+			      memory_order_relaxed);
+	atomic_store_explicit(&o->msgno_mask, msgno_mask, memory_order_relaxed);
+	atomic_store_explicit(&o->lost_said, false, memory_order_relaxed);
 }
 
 static inline void dfi_dto_order_untake(struct dfi_dto *d)

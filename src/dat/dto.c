@@ -24,6 +24,7 @@
 #include "util/arena.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -352,6 +353,53 @@ static void dto_fault(struct dfi_dto *d, int err)
 	dfi_progress_kick_cq(ep->hdr.ia);
 }
 
+/*
+ * Numbered messages.  A numbered fabric (the RDM backend) says which of
+ * its connection's messages a receive took (dfi_comp_msgno), and a
+ * connection's receives take its messages in the order they were posted:
+ * the n-th receive posted on it, its pool's seq less the connection's base
+ * (dfi_dto_order_base), must hold message n.  Another means the messages
+ * before it were lost underneath: net and tcp;ofi_rxm drop what a peer's
+ * socket held when they tear it down, and send later messages on a new
+ * one (docs/rdm.md, "Numbered messages").  The receive then fails, and
+ * every one after it, and the connection ends, as an IB QP's would at a
+ * gap in its packet sequence: a message in the wrong buffer would be
+ * silent corruption.
+ */
+static bool dto_misnumbered(const struct dfi_dto *d, const struct dfi_comp *c)
+{
+	const struct dfi_dto_order *o = d->pool->order;
+	unsigned n, mask;
+
+	if (c->err || d->op != DAT_DTO_RECEIVE || d->ud ||
+	    !(mask = atomic_load_explicit(&o->msgno_mask, memory_order_relaxed)))
+		return false;
+	n = d->seq - atomic_load_explicit(&o->base, memory_order_relaxed);
+	if (n > UINT_MAX / 2)
+		return false;	/* posted for an earlier connection of the EP */
+	return (n & mask) != dfi_comp_msgno(c);
+}
+
+/* d's receive took the wrong message: its completion becomes a failure,
+ * in *out.  Said once per connection, the later ones in debug. */
+static const struct dfi_comp *dto_lost(const struct dfi_dto *d, const struct dfi_comp *c,
+				       struct dfi_comp *out)
+{
+	struct dfi_dto_order *o = d->pool->order;
+	unsigned n = (d->seq - atomic_load_explicit(&o->base, memory_order_relaxed)) &
+		     atomic_load_explicit(&o->msgno_mask, memory_order_relaxed);
+
+	dfi_log(atomic_exchange_explicit(&o->lost_said, true, memory_order_relaxed) ?
+		DFI_LOG_DEBUG : DFI_LOG_WARN, DFI_SS_EP, "EP %p: receive %u of its connection "
+		"took message %u of its peer: the fabric lost the ones between; the receive "
+		"fails, as every one after it, and the connection ends", (void *)d->ep, n,
+		dfi_comp_msgno(c));
+	*out = *c;
+	out->err = EPROTO;
+	out->len = 0;
+	return out;
+}
+
 /* A completion of a freed EP's pool (dfi_ep_dto_orphan): its EP is gone,
  * maybe another EP in its memory, so nothing of it is looked at but the
  * pool, which stays until the completion is read (dfi_dto_pool_release).
@@ -524,25 +572,30 @@ DFI_HOT static int cq_read(void *ctx, DAT_EVENT *ev, int max)
 		int idx[DFI_CQ_BATCH], nidx = 0, nrep = 0;
 
 		for (int i = 0; i < n; i++) {
-			struct dfi_dto *d = c[i].ctx;
+			const struct dfi_comp *ci = &c[i];
+			struct dfi_dto *d = ci->ctx;
+			struct dfi_comp lost;
 			bool report, orphan;
 
-			if (!d || !dto_take_live(d, &c[i]))
+			if (!d || !dto_take_live(d, ci))
 				continue;
 			/* a reported one's slot stays taken until the
 			 * consumer reaps the event (cq_consumed); one of a
 			 * freed EP is dropped, its slot freed now */
 			orphan = dto_orphan(d);
-			if (__builtin_expect(c[i].err != 0, 0) && !orphan)
-				dto_fault(d, c[i].err);
-			if (!orphan && !order_turn(d, &c[i])) {
+			if (__builtin_expect(d->pool->order != NULL, 0) && !orphan &&
+			    dto_misnumbered(d, ci))
+				ci = dto_lost(d, ci, &lost);
+			if (__builtin_expect(ci->err != 0, 0) && !orphan)
+				dto_fault(d, ci->err);
+			if (!orphan && !order_turn(d, ci)) {
 				if (d->op != DAT_DTO_RECEIVE)
 					fence_done(d);
 				continue;
 			}
-			report = !orphan && dto_reported(d, &c[i]);
+			report = !orphan && dto_reported(d, ci);
 			if (report)
-				dto_event(d, &c[i], &ev[out++]);
+				dto_event(d, ci, &ev[out++]);
 			if (!orphan && d->op != DAT_DTO_RECEIVE)
 				fence_done(d);
 			order_read(evd, d, orphan);
@@ -583,6 +636,7 @@ DFI_HOT static int cq_read_one(void *ctx, DAT_EVENT *ev)
 	}
 	while (evd->cq) {
 		const struct dfi_comp *c;
+		struct dfi_comp lost;
 		struct dfi_dto *d;
 		bool report, orphan;
 		int n, idx;
@@ -598,6 +652,9 @@ DFI_HOT static int cq_read_one(void *ctx, DAT_EVENT *ev)
 		if (!d || !dto_take_live(d, c))
 			continue;
 		orphan = dto_orphan(d);
+		if (__builtin_expect(d->pool->order != NULL, 0) && !orphan &&
+		    dto_misnumbered(d, c))
+			c = dto_lost(d, c, &lost);
 		if (__builtin_expect(c->err != 0, 0) && !orphan)
 			dto_fault(d, c->err);
 		if (!orphan && !order_turn(d, c)) {

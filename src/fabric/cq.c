@@ -150,7 +150,7 @@ static int mirror_fetch(struct dfi_cq *c, struct fi_wait_pollfd *w)
  * its poll-fd list that it queued (an EP's socket added or removed). */
 static void cq_apply_changes(struct dfi_cq *c)
 {
-	struct fi_cq_data_entry none;
+	struct fi_cq_tagged_entry none;
 
 	(void)fi_cq_read(c->cq, &none, 0);
 }
@@ -312,7 +312,7 @@ static int cq_open_unspec(struct dfi_fabric *f, struct fi_cq_attr *attr, struct 
 
 int dfi_cq_open(struct dfi_fabric *f, size_t size, struct dfi_cq **out)
 {
-	struct fi_cq_attr attr = { .size = size, .format = FI_CQ_FORMAT_DATA };
+	struct fi_cq_attr attr = { .size = size, .format = FI_CQ_FORMAT_TAGGED };
 	const char *wait = dfi_param_str(DFI_P_CQ_WAIT);
 	struct dfi_cq *c = calloc(1, sizeof(*c));
 	int rc = -ENOTSUP;
@@ -370,12 +370,13 @@ void dfi_cq_close(struct dfi_cq *c)
 	free(c);
 }
 
-_Static_assert(sizeof(struct dfi_comp) == sizeof(struct fi_cq_data_entry) &&
-	       offsetof(struct dfi_comp, ctx) == offsetof(struct fi_cq_data_entry, op_context) &&
-	       offsetof(struct dfi_comp, err) == offsetof(struct fi_cq_data_entry, flags) &&
-	       offsetof(struct dfi_comp, len) == offsetof(struct fi_cq_data_entry, len) &&
-	       offsetof(struct dfi_comp, data) == offsetof(struct fi_cq_data_entry, data),
-	       "fi_cq_read writes struct dfi_comp arrays as FI_CQ_FORMAT_DATA");
+_Static_assert(sizeof(struct dfi_comp) == sizeof(struct fi_cq_tagged_entry) &&
+	       offsetof(struct dfi_comp, ctx) == offsetof(struct fi_cq_tagged_entry, op_context) &&
+	       offsetof(struct dfi_comp, err) == offsetof(struct fi_cq_tagged_entry, flags) &&
+	       offsetof(struct dfi_comp, len) == offsetof(struct fi_cq_tagged_entry, len) &&
+	       offsetof(struct dfi_comp, data) == offsetof(struct fi_cq_tagged_entry, data) &&
+	       offsetof(struct dfi_comp, tag) == offsetof(struct fi_cq_tagged_entry, tag),
+	       "fi_cq_read writes struct dfi_comp arrays as FI_CQ_FORMAT_TAGGED");
 
 static void own_done(struct dfi_cq *c, void *ctx, int err, size_t len)
 {
@@ -385,7 +386,7 @@ static void own_done(struct dfi_cq *c, void *ctx, int err, size_t len)
 		be->own_done(c->owner, ctx, err, len);
 }
 
-/* fi_cq_read writes straight into out (FI_CQ_FORMAT_DATA entries, see
+/* fi_cq_read writes straight into out (FI_CQ_FORMAT_TAGGED entries, see
  * struct dfi_comp), and each entry's flags word becomes err = 0 and imm: no copy,
  * and no 1.5 KiB bounce buffer on the stack, a page more for the
  * completion path to touch after the read's system calls. */
@@ -416,6 +417,7 @@ DFI_HOT int dfi_cq_read(struct dfi_cq *c, struct dfi_comp *out, int n)
 			out[got].len = err.len;
 			out[got].err = err.err ? err.err : EIO;
 			out[got].imm = 0;
+			out[got].tag = err.tag;
 			got++;
 			continue;
 		}

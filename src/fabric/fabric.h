@@ -48,6 +48,13 @@ struct dfi_fabric_limits {
 	 * order (RDM providers: tcp;ofi_rxm completes a large message after a
 	 * small one behind it); the DAT layer puts them back (dto.c) */
 	bool unordered;
+	/* each receive's completion says which message of its connection it
+	 * took (dfi_comp_msgno), modulo msgno_mask + 1: the RDM backend
+	 * numbers them, as a stream that may lose some underneath (docs/rdm.md,
+	 * "Numbered messages"), in the tag bits the provider leaves above the
+	 * 48 it matches (net keeps bit 63 for itself); msgno_mask 0: no room */
+	bool numbered;
+	uint16_t msgno_mask;
 	/* its CM reports a peer's connection events across connections in
 	 * the order the peer caused them (the RDM backend's rcm: docs/rdm.md,
 	 * "Order across connections"); libfabric's CM does not */
@@ -170,10 +177,10 @@ int dfi_pep_reject(struct dfi_pep *pep, void *req, const void *pdata, size_t ple
  * the cheapest way to empty a CQ.  The EVD core asks for as many per fill
  * (DFI_EVQ_FILL_BATCH; checked in dto.c). */
 #define DFI_CQ_BATCH 64
-/* Laid out as libfabric's struct fi_cq_data_entry (context, flags, len,
- * buf, data: checked in cq.c), so that fi_cq_read fills an array of these
- * in place and err and imm take the flags' word: no bounce buffer, no
- * copy. */
+/* Laid out as libfabric's struct fi_cq_tagged_entry (context, flags, len,
+ * buf, data, tag: checked in cq.c), so that fi_cq_read fills an array of
+ * these in place and err and imm take the flags' word: no bounce buffer,
+ * no copy. */
 struct dfi_comp {
 	void *ctx;		/* the posting's context */
 	int err;		/* 0 or positive errno (ECANCELED: flushed) */
@@ -181,7 +188,19 @@ struct dfi_comp {
 	size_t len;		/* bytes received (receives only) */
 	void *buf_;
 	uint64_t data;		/* the remote CQ data, if imm */
+	uint64_t tag;		/* a tagged receive's: dfi_comp_msgno */
 };
+
+/* A numbered fabric's receive (dfi_fabric_limits' msgno_mask): which of
+ * its connection's messages it took, counted from 0 in the order the peer
+ * posted them, modulo msgno_mask + 1.  The n-th receive posted on a
+ * connection must take its n-th message: another means the ones between
+ * were lost. */
+#define DFI_MSGNO_SHIFT	48
+static inline uint16_t dfi_comp_msgno(const struct dfi_comp *c)
+{
+	return (uint16_t)(c->tag >> DFI_MSGNO_SHIFT);
+}
 int dfi_cq_open(struct dfi_fabric *f, size_t size, struct dfi_cq **cq);
 void dfi_cq_close(struct dfi_cq *cq);
 /* Up to n completions (errors included).  >= 0 or -errno. */

@@ -232,6 +232,15 @@ void dfi_fabric_fill_limits(const struct fi_info *i, bool atomics, struct dfi_fa
 {
 	l->rdm = i->ep_attr->type == FI_EP_RDM;
 	l->unordered = l->rdm;
+	if (l->rdm) {
+		/* the provider's tag bits: its mem_tag_format's highest bit */
+		uint64_t fmt = i->ep_attr->mem_tag_format;
+		int bits = fmt ? 64 - __builtin_clzll(fmt) : 64;
+
+		bits = bits - DFI_MSGNO_SHIFT > 16 ? 16 : bits - DFI_MSGNO_SHIFT;
+		l->msgno_mask = bits >= 8 ? (uint16_t)((1u << bits) - 1) : 0;
+		l->numbered = l->msgno_mask != 0;
+	}
 	l->cm_ordered = l->rdm;
 	l->ud = l->rdm;		/* rdm/ud.c */
 	l->iov_limit = i->tx_attr->iov_limit;

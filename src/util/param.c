@@ -143,6 +143,12 @@ const struct dfi_param dfi_params[DFI_P_COUNT] = {
 		"one when the thread that sent the accept is preempted before "
 		"it writes the event (docs/rdm.md, \"Order across connections\").  "
 		"0: off." },
+	[DFI_P_FAULT_RDM_LOSE] = { "DAPL_OFI_FAULT_RDM_LOSE", DFI_PARAM_INT, "-1",
+		"For tests: on reliable-datagram IAs, message N (counted from 0) "
+		"that each connection sends is lost, as a provider loses the "
+		"messages in a stream it tears down: its send completes, its "
+		"peer never sees it (docs/rdm.md, \"Numbered messages\").  "
+		"-1: off." },
 };
 
 /*

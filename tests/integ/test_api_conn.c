@@ -3751,6 +3751,98 @@ static void test_sends_into_ended_connection(void **state)
 	one_message(p, 1000, 0x600, "the next connection, after messages of the ended one");
 }
 
+/* A message lost underneath (DAPL_OFI_FAULT_RDM_LOSE=1: each connection's
+ * message 1 never reaches its peer, as when net or tcp;ofi_rxm tear down
+ * the socket that held it and send the next on a new one).  4 messages to
+ * 4 receives: the first takes message 0; the second would take message 2,
+ * in its place: it fails instead, no receive after it succeeds, and the
+ * connection ends at both ends (docs/rdm.md, "Numbered messages").  Then
+ * the EPs connect again and carry a message.  Runs where make check sets
+ * the fault switch, on net and tcp;ofi_rxm; elsewhere it skips. */
+static void test_lost_message_fails_its_receive(void **state)
+{
+	struct pair *p = *state;
+	const char *lose = getenv("DAPL_OFI_FAULT_RDM_LOSE");
+	enum { N = 4, LEN = 64 };
+	DAT_DTO_COMPLETION_STATUS st[N];
+	bool got[N] = { false }, s_end = false, c_end = false;
+	unsigned ngot = 0;
+	uint64_t t0;
+	DAT_EVENT ev;
+	const DAT_DTO_COMPLETION_EVENT_DATA *d = &ev.event_data.dto_completion_event_data;
+
+	if (!ia_is_rdm(p->s.ia) || !lose || strcmp(lose, "1") != 0) {
+		print_message("# skipped: for an RDM IA with DAPL_OFI_FAULT_RDM_LOSE=1\n");
+		skip();
+	}
+	SKIP_ON_SHM(p, "shm loses no message underneath, and its connections are not numbered "
+		    "(it would not match a numbered message that came before its receive)");
+	watchdog(__func__, 60);
+	establish(p);
+	memset(p->s.buf, 0, N * 256);
+	for (unsigned k = 0; k < N; k++)
+		assert_ok(post_recv1(&p->s, k * 256, LEN, 0xa00 + k));
+	for (unsigned k = 0; k < N; k++) {
+		fill(p->c.buf + k * 256, LEN, 240 + k);
+		assert_ok(post_send1(&p->c, k * 256, LEN, 0xa10 + k, DAT_COMPLETION_DEFAULT_FLAG));
+	}
+	t0 = now_ns();
+	while ((ngot < N || !s_end || !c_end) && ms_since(t0) < 10000) {
+		bool any = false;
+
+		if (dat_evd_dequeue(p->s.rcv, &ev) == DAT_SUCCESS) {
+			unsigned k = (unsigned)(d->user_cookie.as_64 - 0xa00);
+
+			if (ev.event_number != DAT_DTO_COMPLETION_EVENT || k >= N || got[k] ||
+			    d->ep_handle != p->s.ep)
+				fail_msg("the server's receive EVD gave %s, cookie %#llx: expected "
+					 "the completions of cookies 0xa00-0xa03 once each",
+					 ev_name(ev.event_number),
+					 (unsigned long long)d->user_cookie.as_64);
+			if (k != ngot)
+				fail_msg("receive %u completed before receive %u", k, ngot);
+			got[k] = true;
+			st[k] = d->status;
+			ngot++;
+			any = true;
+		}
+		if (!s_end && dat_evd_dequeue(p->s.conn, &ev) == DAT_SUCCESS) {
+			if (!is_conn_end(ev.event_number))
+				fail_msg("the server's connection EVD gave %s", ev_name(ev.event_number));
+			s_end = any = true;
+		}
+		if (!c_end && dat_evd_dequeue(p->c.conn, &ev) == DAT_SUCCESS) {
+			if (!is_conn_end(ev.event_number))
+				fail_msg("the client's connection EVD gave %s", ev_name(ev.event_number));
+			c_end = any = true;
+		}
+		if (!any)
+			sleep_ms(2);
+	}
+	print_message("# receives: %s %s %s %s; ends: server %d, client %d\n",
+		      got[0] ? status_name(st[0]) : "-", got[1] ? status_name(st[1]) : "-",
+		      got[2] ? status_name(st[2]) : "-", got[3] ? status_name(st[3]) : "-",
+		      s_end, c_end);
+	if (!got[0] || st[0] != DAT_DTO_SUCCESS || memcmp(p->s.buf, p->c.buf, LEN) != 0)
+		fail_msg("receive 0 should hold message 0, whole: %s", got[0] ?
+			 status_name(st[0]) : "no completion");
+	for (unsigned k = 1; k < N; k++) {
+		if (!got[k])
+			fail_msg("receive %u never completed (10 s), after message 1 was lost", k);
+		if (st[k] == DAT_DTO_SUCCESS)
+			fail_msg("receive %u completed DAT_DTO_SUCCESS, holding %s, after message 1 "
+				 "was lost: a message in another's place", k,
+				 k + 1 < N && memcmp(p->s.buf + k * 256, p->c.buf + (k + 1) * 256,
+						     LEN) == 0 ? "the next message" : "other bytes");
+	}
+	if (!s_end || !c_end)
+		fail_msg("the connection did not end at both ends within 10 s of the loss "
+			 "(server %s, client %s)", s_end ? "ended" : "still up",
+			 c_end ? "ended" : "still up");
+	reconnect(p);
+	one_message(p, LEN, 0xa20, "the next connection, after the loss");
+}
+
 /* Exactly max_private_data_size bytes travel both ways, intact; one byte
  * more is refused by dat_ep_connect (DAT_INVALID_ARG5), dat_cr_accept
  * (ARG3) and dat_cr_reject (ARG2), and the refused call changes nothing. */
@@ -6032,6 +6124,7 @@ int main(int argc, char **argv)
 		/* 10. a send with no receive posted */
 		TP(test_send_without_posted_recv),
 		TP(test_sends_into_ended_connection),
+		TP(test_lost_message_fails_its_receive),
 		TP(test_write_to_freed_region_spares_others),
 		TP(test_connect_refused_at_once),
 		/* 11. private data limit */

@@ -38,6 +38,10 @@ static int rdm_open(struct dfi_fabric *f, const struct sockaddr_in *addr, char *
 	}
 	rf->f = f;
 	rdm_sinks_init(rf);
+	rf->lose = (int)dfi_param_int(DFI_P_FAULT_RDM_LOSE);
+	if (rf->lose >= 0)
+		dfi_warn(DFI_SS_FABRIC, "DAPL_OFI_FAULT_RDM_LOSE=%d: message %d of every "
+			 "connection is lost", rf->lose, rf->lose);
 	/* A provider whose CQs have no wait fd (shm, efa in 1.17): its CQs
 	 * are polled, by the progress thread and by waiters (docs/rdm.md) */
 	{
@@ -50,8 +54,16 @@ static int rdm_open(struct dfi_fabric *f, const struct sockaddr_in *addr, char *
 		else
 			f->lim.polled = true;
 	}
-	if (strcmp(f->lim.prov_name, "shm") == 0)
+	if (strcmp(f->lim.prov_name, "shm") == 0) {
 		dfi_rdm_shm_unlink_at_exit();
+		/* shm 1.17 matches a receive against the messages that came
+		 * before it by their exact tag, not the receive's ignore mask
+		 * (smr_generic_recv, smr_match_tagged): a numbered message
+		 * that came first would match none.  shm loses no message
+		 * underneath, so its connections are not numbered; an SRQ's
+		 * still are (srx.c), as before. */
+		f->lim.numbered = false;
+	}
 	/* shm puts a message in its peer's queue before the post returns:
 	 * a DREQ after it cannot overtake it, and the peer's drain places it
 	 * (bye.c) */
@@ -419,12 +431,15 @@ void rdm_self_end(const struct rdm_fep *e, struct dfi_rcm_end *end)
 	end->bye_key = e->bye_word ? e->bye_key : 0;
 }
 
-/* What e sends with: the peer's tag, and a sequence if it is an SRQ's;
- * and where its goodbye goes. */
+/* What e sends with: the peer's tag, its messages numbered from 0 where
+ * the fabric numbers them or the peer is an SRQ endpoint; and where its
+ * goodbye goes. */
 static void peer_tag(struct rdm_fep *e, const struct dfi_rcm_end *remote)
 {
 	e->stag = RDM_TAG(remote->id, remote->gen);
-	e->sseq_on = (remote->gen & RDM_GEN_SRQ) != 0;
+	e->sseq_on = e->seq_mask && (e->rf->f->lim.numbered || (remote->gen & RDM_GEN_SRQ));
+	e->lose = e->sseq_on ? e->rf->lose : -1;
+	e->sseq = e->lose == 0;		/* DAPL_OFI_FAULT_RDM_LOSE=0: message 0 lost */
 	e->peer_bye_addr = remote->bye_addr;
 	e->peer_bye_key = remote->bye_key;
 }
@@ -754,6 +769,7 @@ static int rdm_fep_open(struct dfi_fabric *f, struct dfi_eq *eq, void *p,
 	e->acked = f->lim.acked;
 	e->ctx = ctx;
 	e->peer = FI_ADDR_UNSPEC;
+	e->seq_mask = f->lim.msgno_mask;
 	e->tx_need = tx_size;
 	e->rx_need = rx_size + 1;	/* and the hello's (rdm_path_up) */
 	if (srx) {

@@ -69,10 +69,11 @@ tsend(struct rdm_fep *e, const struct dfi_sge *sg, int n, fi_addr_t addr, uint64
 	RETRY(e, fi_tsendv(e->ep, iov, desc, (size_t)n, addr, tag, ctx));
 }
 
-/* The tag of e's next message: its peer's, and, where the peer is an SRQ
- * endpoint, the sequence its SRQ puts the completions back in order with
- * (srx.c).  The sequence moves on only with a message posted (post_lock
- * held): a gap would hold the peer's later completions until the end. */
+/* The tag of e's next message: its peer's, and its sequence.  The peer
+ * checks that its n-th receive took message n (the DAT layer: dto.c,
+ * "numbered messages"), or, an SRQ endpoint, puts its completions back in
+ * that order (srx.c).  The sequence moves on only with a message posted
+ * (post_lock held): a gap is a lost message to the peer. */
 static inline uint64_t stag(const struct rdm_fep *e)
 {
 	return e->stag | (uint64_t)e->sseq << RDM_SEQ_SHIFT;
@@ -80,8 +81,11 @@ static inline uint64_t stag(const struct rdm_fep *e)
 
 static inline int sent(struct rdm_fep *e, int rc)
 {
-	if (__builtin_expect(e->sseq_on, 0) && rc == 0)
-		e->sseq++;
+	if (rc == 0 && e->sseq_on) {
+		e->sseq = (e->sseq + 1) & e->seq_mask;
+		if (__builtin_expect(e->sseq == e->lose, 0))
+			e->sseq = (e->sseq + 1) & e->seq_mask;	/* DAPL_OFI_FAULT_RDM_LOSE */
+	}
 	return rc;
 }
 
@@ -115,7 +119,8 @@ DFI_HOT int dfi_rdm_post_inject(struct dfi_fep *fe, const struct dfi_sge *sg, in
 }
 
 /* From any source: the tag names this endpoint, and a stale connection's
- * messages carry another generation. */
+ * messages carry another generation; any sequence (the completion says
+ * which came). */
 DFI_HOT int dfi_rdm_post_recv(struct dfi_fep *fe, const struct dfi_sge *sg, int n, void *ctx)
 {
 	struct rdm_fep *e = RDM_FEP(fe);
@@ -125,12 +130,13 @@ DFI_HOT int dfi_rdm_post_recv(struct dfi_fep *fe, const struct dfi_sge *sg, int 
 
 	if (n <= 1)
 		RETRY(e, fi_trecv(e->ep, n ? sg[0].addr : NULL, n ? sg[0].len : 0,
-				  n ? dfi_sge_desc(&sg[0]) : NULL, FI_ADDR_UNSPEC, e->rtag, 0,
-				  ctx));
+				  n ? dfi_sge_desc(&sg[0]) : NULL, FI_ADDR_UNSPEC, e->rtag,
+				  RDM_TAG_SEQ_IGNORE, ctx));
 	rc = dfi_fill_iov(sg, n, iov, desc);
 	if (rc)
 		return rc;
-	RETRY(e, fi_trecvv(e->ep, iov, desc, (size_t)n, FI_ADDR_UNSPEC, e->rtag, 0, ctx));
+	RETRY(e, fi_trecvv(e->ep, iov, desc, (size_t)n, FI_ADDR_UNSPEC, e->rtag,
+			    RDM_TAG_SEQ_IGNORE, ctx));
 }
 
 static int rma(struct rdm_fep *e, const struct dfi_sge *sg, int n, uint64_t raddr,

@@ -16,7 +16,9 @@
 #include <stdatomic.h>
 #include <time.h>
 
-/* Tags (docs/rdm.md): class (2 bits, 0: data), generation (14), id (32). */
+/* Tags (docs/rdm.md): sequence (16 bits), class (2, 0: data), generation
+ * (14), id (32).  Every message of a connection carries the sequence, its
+ * place among the sender's messages (post.c); receives take any. */
 #define RDM_GEN_BITS	14
 #define RDM_GEN_MASK	((1u << RDM_GEN_BITS) - 1)
 #define RDM_TAG(id, gen)	(((uint64_t)(gen) << 32) | (uint64_t)(id))
@@ -25,15 +27,16 @@
  * has bit 1 set as well, sink.c) */
 #define RDM_TAG_HELLO(id, gen)	((2ull << 46) | RDM_TAG(id, (gen) & RDM_GEN_MASK))
 #define RDM_HELLO_CTX(e)	((void *)((uintptr_t)(e) | 1u))
+#define RDM_SEQ_SHIFT		DFI_MSGNO_SHIFT
+#define RDM_TAG_SEQ_IGNORE	(0xffffull << RDM_SEQ_SHIFT)
 /* Class 1: a message for an SRQ endpoint, taken by any receive of its
  * SRQ's (srx.c), which ignore all but the class; the completion's tag
- * names the endpoint, and its bits 48-63 carry the sender's sequence.  An
+ * names the endpoint, and its sequence puts it in its place.  An
  * end whose tag is an SRQ's says so in its generation field's bit 14,
  * which RDM_TAG puts at the class's place. */
 #define RDM_GEN_SRQ		(1u << RDM_GEN_BITS)
 #define RDM_TAG_SRQ		(1ull << 46)
 #define RDM_TAG_SRQ_IGNORE	(~(3ull << 46))
-#define RDM_SEQ_SHIFT		48
 /* The goodbye (ep.c): what the side that disconnects writes into its
  * peer's goodbye word behind its data, the peer's generation in it. */
 #define RDM_BYE_VAL(gen)	((1ull << 63) | ((gen) & RDM_GEN_MASK))
@@ -126,6 +129,7 @@ struct rdm_fabric {
 	void *scratch;
 	size_t scratch_len;
 	uint64_t sunk;			/* messages they took */
+	int lose;			/* DAPL_OFI_FAULT_RDM_LOSE */
 };
 
 /* A DAT SRQ (srx.c): an FI_EP_RDM endpoint of its own, bound to the AV
@@ -203,9 +207,12 @@ struct rdm_fep {
 	uint64_t *bye_word;
 	uint32_t bye_key, peer_bye_key;
 	uint64_t peer_bye_addr;
-	/* the peer is an SRQ endpoint: each send carries sseq (post_lock) */
+	/* its messages are numbered (peer_tag): the sequence of its next
+	 * (post_lock), modulo seq_mask + 1 (the fabric's msgno_mask), and
+	 * the one DAPL_OFI_FAULT_RDM_LOSE loses (-1: none) */
 	bool sseq_on;
-	uint16_t sseq;
+	uint16_t sseq, seq_mask;
+	int lose;
 	/* an SRQ endpoint (srx.c; rf->lock): its completions go to scq in
 	 * its peer's send order, rseq the next, those that came early wait */
 	uint16_t rseq;

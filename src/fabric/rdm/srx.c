@@ -138,6 +138,13 @@ static void gap_close(struct rdm_fep *e)
 	e->gap_prev = NULL;
 }
 
+/* How far seq is ahead of e's next expected, modulo its sequence's span
+ * (the fabric's msgno_mask + 1): half of it or more is behind. */
+static unsigned seq_ahead(const struct rdm_fep *e, uint16_t seq)
+{
+	return (unsigned)(seq - e->rseq) & e->seq_mask;
+}
+
 /* rf->lock held: c to e's CQ, and those of e's that waited for it.
  * false: its sequence is behind the one expected (a duplicate, a forged
  * one), and the buffer is posted again. */
@@ -145,7 +152,7 @@ static bool deliver(struct rdm_fep *e, const struct dfi_comp *c, uint16_t seq)
 {
 	struct rdm_early *w, **pp;
 
-	if ((uint16_t)(seq - e->rseq) >= 0x8000u)
+	if (seq > e->seq_mask || seq_ahead(e, seq) > e->seq_mask / 2u)
 		return false;
 	if (seq != e->rseq) {
 		if ((w = malloc(sizeof(*w)))) {
@@ -159,7 +166,7 @@ static bool deliver(struct rdm_fep *e, const struct dfi_comp *c, uint16_t seq)
 		dfi_warn(DFI_SS_FABRIC, "SRQ endpoint %u: out of memory holding a completion "
 			 "that came early: it is reported out of order", e->id);
 	} else {
-		e->rseq++;
+		e->rseq = (e->rseq + 1) & e->seq_mask;
 	}
 	if (dfi_cq_soft_push(e->scq, c))
 		dfi_err(DFI_SS_FABRIC, "SRQ endpoint %u: out of memory: a completion is lost",
@@ -170,7 +177,7 @@ static bool deliver(struct rdm_fep *e, const struct dfi_comp *c, uint16_t seq)
 			continue;
 		}
 		*pp = w->next;
-		e->rseq++;
+		e->rseq = (e->rseq + 1) & e->seq_mask;
 		if (dfi_cq_soft_push(e->scq, &w->c))
 			dfi_err(DFI_SS_FABRIC, "SRQ endpoint %u: out of memory: a completion is "
 				"lost", e->id);
@@ -192,11 +199,11 @@ void rdm_srx_fep_gone(struct rdm_fep *e)
 		struct rdm_early *w, **pp, **best = &e->early;
 
 		for (pp = &e->early; (w = *pp); pp = &w->next)
-			if ((uint16_t)(w->seq - e->rseq) < (uint16_t)((*best)->seq - e->rseq))
+			if (seq_ahead(e, w->seq) < seq_ahead(e, (*best)->seq))
 				best = pp;
 		w = *best;
 		*best = w->next;
-		e->rseq = (uint16_t)(w->seq + 1);
+		e->rseq = (w->seq + 1) & e->seq_mask;
 		if (dfi_cq_soft_push(e->scq, &w->c))
 			dfi_err(DFI_SS_FABRIC, "SRQ endpoint %u: out of memory: a completion is "
 				"lost", e->id);
@@ -351,6 +358,13 @@ int dfi_rdm_srx_open(struct dfi_fabric *f, size_t size, size_t iov_limit, struct
 	(void)size;	/* the provider's receive queue is what it is */
 	if (!x)
 		return -ENOMEM;
+	if (!f->lim.msgno_mask) {
+		dfi_err(DFI_SS_FABRIC, "an SRQ: the provider's tags have no room for the "
+			"sequence it puts each connection's messages in order with (fewer "
+			"than 56 bits)");
+		free(x);
+		return -ENOTSUP;
+	}
 	if (iov_limit > SRX_MAX_SGE) {
 		free(x);
 		return -EINVAL;

@@ -15,8 +15,9 @@
 
 #define DFI_RDM_MAGIC		0x52494644u	/* "DFIR" in the stream's byte order */
 /* 2: REQ and REP carry the goodbye word; 3: DREQ and DREP their sender's
- * count of REPs and RTUs (docs/rdm.md, "Order across connections") */
-#define DFI_RDM_VERSION		3
+ * count of REPs and RTUs (docs/rdm.md, "Order across connections"); 4:
+ * every data message's tag carries its sequence ("Numbered messages") */
+#define DFI_RDM_VERSION		4
 #define DFI_RDM_HDR_LEN		16
 #define DFI_RDM_ADDR_MAX	64	/* a fabric address (efa's is 32 bytes) */
 #define DFI_RDM_PDATA_MAX	256	/* DAT private data, as the MSG backend's */
