@@ -1282,12 +1282,16 @@ static void translate(struct dfi_ia *ia, struct dfi_cm_event *e, struct cm_post 
 		if (ep->state != DAT_EP_STATE_DISCONNECTED) {
 			/* the kernel gave up on a silent peer: what IB calls
 			 * a retry error, not the peer's disconnect */
-			bool aborted = ep->state == DAT_EP_STATE_CONNECTED && ep->fep &&
-				       dfi_fep_aborted(ep->fep);
+			int aborted = ep->state == DAT_EP_STATE_CONNECTED && ep->fep ?
+				      dfi_fep_aborted(ep->fep) : 0;
 
-			if (aborted)
+			if (aborted == ETIMEDOUT)
 				dfi_warn(DFI_SS_CM, "EP %p: peer silent for %u ms: connection broken",
 					 (void *)ep, ia->peer_timeout_ms);
+			else if (aborted)
+				dfi_warn(DFI_SS_CM, "EP %p: connection broken: a request failed, here "
+					 "or at the peer, or the peer broke the protocol (said above, "
+					 "or in the peer's log)", (void *)ep);
 			ep_lost(ep);
 			srq_ep_ended(p, ep);
 			p->n_flushed = dfi_dto_atomic_flush(ep, &p->flushed, &p->fq);

@@ -233,7 +233,7 @@ int dfi_fep_arm_liveness(struct dfi_fep *fep, unsigned timeout_ms, const struct 
 	return fep->be->fep_arm_liveness(fep, timeout_ms, dest);
 }
 
-bool dfi_fep_aborted(const struct dfi_fep *fep)
+int dfi_fep_aborted(const struct dfi_fep *fep)
 {
 	return fep->be->fep_aborted(fep);
 }

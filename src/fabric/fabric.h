@@ -278,9 +278,11 @@ int dfi_fep_peer(struct dfi_fep *fep, struct sockaddr_in *peer);
  * (liveness.c).  Connected, it checks the socket armed at the connect is
  * the endpoint's.  -ENOENT: the endpoint has no socket of its own to arm. */
 int dfi_fep_arm_liveness(struct dfi_fep *fep, unsigned timeout_ms, const struct sockaddr_in *dest);
-/* After its shutdown: the kernel gave up on a silent peer (an armed
- * endpoint only), rather than the peer closing. */
-bool dfi_fep_aborted(const struct dfi_fep *fep);
+/* After its shutdown: why the connection was broken rather than closed by
+ * the peer.  ETIMEDOUT: the kernel gave up on a silent peer (an armed
+ * endpoint only); EPROTO: a request failed, here or at the peer, or the
+ * peer broke the protocol (the backend said which); 0: not broken. */
+int dfi_fep_aborted(const struct dfi_fep *fep);
 /* A connected endpoint's socket, under the provider, shut both ways: the
  * provider's next pass over it ends what it was receiving through its
  * own receive path (an RDMA read's response: once), and disables the

@@ -85,7 +85,7 @@ struct dfi_backend {
 	int (*fep_peer)(struct dfi_fep *fep, struct sockaddr_in *peer);
 	int (*fep_arm_liveness)(struct dfi_fep *fep, unsigned timeout_ms,
 				const struct sockaddr_in *dest);
-	bool (*fep_aborted)(const struct dfi_fep *fep);
+	int (*fep_aborted)(const struct dfi_fep *fep);
 	int (*fep_cut)(struct dfi_fep *fep);		/* NULL: no socket */
 	void (*fep_fault)(struct dfi_fep *fep, int err);	/* NULL: the provider ends it */
 

@@ -132,9 +132,9 @@ int dfi_msg_sock(struct msg_fep *e)
 	return fd;
 }
 
-bool dfi_msg_aborted(const struct dfi_fep *fe)
+int dfi_msg_aborted(const struct dfi_fep *fe)
 {
 	const struct msg_fep *e = (const struct msg_fep *)fe;
 
-	return e->sock >= 0 && dfi_sock_aborted(e->sock);
+	return e->sock >= 0 && dfi_sock_aborted(e->sock) ? ETIMEDOUT : 0;
 }

@@ -107,7 +107,7 @@ int dfi_msg_atom_event(const void *buf, size_t len, struct dfi_cm_event *ev);
 
 /* liveness.c */
 int dfi_msg_arm_liveness(struct dfi_fep *e, unsigned timeout_ms, const struct sockaddr_in *dest);
-bool dfi_msg_aborted(const struct dfi_fep *e);
+int dfi_msg_aborted(const struct dfi_fep *e);
 /* A connected endpoint's socket (found once, then kept), or -1. */
 int dfi_msg_sock(struct msg_fep *e);
 

@@ -646,7 +646,7 @@ static bool translate(struct rdm_fabric *rf, struct dfi_rcm_event *r, struct dfi
 		if (e->established) {
 			/* the kernel gave up on the peer, or the peer broke the
 			 * protocol: BROKEN, not DISCONNECTED */
-			e->aborted = r->err == ETIMEDOUT || r->err == EPROTO;
+			e->aborted = r->err == ETIMEDOUT || r->err == EPROTO ? r->err : 0;
 			ev->type = DFI_CM_SHUTDOWN;
 		} else {
 			ev->type = DFI_CM_ERROR;
@@ -964,7 +964,7 @@ static int rdm_fep_arm_liveness(struct dfi_fep *fe, unsigned timeout_ms,
 	return 0;
 }
 
-static bool rdm_fep_aborted(const struct dfi_fep *fe)
+static int rdm_fep_aborted(const struct dfi_fep *fe)
 {
 	return ((const struct rdm_fep *)fe)->aborted;
 }

@@ -195,7 +195,7 @@ struct rdm_fep {
 	/* the connection ended: a post retrying EAGAIN (post.c) stops, and
 	 * the DAT layer's flush gets the EP's post lock */
 	atomic_bool ended;
-	bool aborted;			/* the kernel gave up on the peer */
+	int aborted;			/* why it broke (dfi_fep_aborted) */
 	bool established;
 	/* a UD endpoint's handshake (ud.c): its id, tags and endpoint are
 	 * the UD endpoint's, it holds no id or queue share of its own, and
