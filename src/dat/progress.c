@@ -62,7 +62,11 @@
  * for good (poll_step, go_polling): the fds leave the epoll set, the
  * thread passes over the EQ and its unparked CQs after a sleep of an
  * eighth of the time since a step last moved something, 10 us to 1 ms
- * (dfi_poll_sleep_ns), and runs at SCHED_OTHER.
+ * (dfi_poll_sleep_ns), and runs at SCHED_OTHER.  Under steady traffic
+ * every batch moves something and that switch never comes: on net (the
+ * fabric's `unsettled`) the thread never runs at SCHED_FIFO, or it kept a
+ * CPU re-arming fds that were readable at once (30 000 epoll_ctl a
+ * second) and starved its consumer (the soak's server stopped answering).
  */
 #include "dfi.h"
 #include "fabric/fabric.h"
@@ -593,7 +597,7 @@ static void *progress_main(void *arg)
 
 	if (ia->polling)	/* from the start: 10 us sleeps, not 60, never real-time */
 		prctl(PR_SET_TIMERSLACK, 1000ul, 0, 0, 0);
-	else if (dfi_param_int(DFI_P_PROGRESS_RT)) {
+	else if (dfi_param_int(DFI_P_PROGRESS_RT) && !dfi_fabric_limits(ia->fab)->unsettled) {
 		struct sched_param sp = { .sched_priority = 1 };
 		int rc = pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp);
 

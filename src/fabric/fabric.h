@@ -62,6 +62,10 @@ struct dfi_fabric_limits {
 	/* its CQs have no wait fd (shm, efa in 1.17): they are opened with
 	 * none and polled (dfi_cq_fd answers -1; progress.c, polling) */
 	bool polled;
+	/* its wait fds never settle (libfabric net: fi_trywait answers 0
+	 * and the fd stays readable with nothing to read, libfabric #8947):
+	 * its progress threads never run at real-time priority (progress.c) */
+	bool unsettled;
 	unsigned prov_major, prov_minor;	/* the libfabric provider's version */
 	unsigned fi_major, fi_minor;		/* libfabric's */
 	char prov_name[64];

@@ -269,6 +269,7 @@ void dfi_fabric_fill_limits(const struct fi_info *i, bool atomics, struct dfi_fa
 	l->fi_major = FI_MAJOR(fi_version());
 	l->fi_minor = FI_MINOR(fi_version());
 	snprintf(l->prov_name, sizeof(l->prov_name), "%s", i->fabric_attr->prov_name);
+	l->unsettled = strcmp(l->prov_name, "net") == 0;
 	snprintf(l->fabric_name, sizeof(l->fabric_name), "%s", i->fabric_attr->name);
 	snprintf(l->domain_name, sizeof(l->domain_name), "%s", i->domain_attr->name);
 }

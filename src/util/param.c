@@ -31,8 +31,9 @@ const struct dfi_param dfi_params[DFI_P_COUNT] = {
 		"Run each IA's progress thread SCHED_FIFO (priority 1) when the "
 		"process may, so that it preempts a consumer spinning on memory "
 		"(dtest -W) at once instead of after a scheduler slice (about 4 ms "
-		"on 2 cores).  The thread sleeps in epoll between events.  0: "
-		"normal scheduling." },
+		"on 2 cores).  The thread sleeps in epoll between events; never "
+		"on libfabric net, whose wait fds never settle.  0: normal "
+		"scheduling." },
 	[DFI_P_PROGRESS_LEASE_US] = { "DAPL_OFI_PROGRESS_LEASE_US", DFI_PARAM_INT, "50",
 		"How long, in microseconds, the progress thread stays off an EVD's "
 		"completion queue after the consumer's last dequeue, wait or post "
