@@ -400,6 +400,19 @@ static const struct dfi_comp *dto_lost(const struct dfi_dto *d, const struct dfi
 	return out;
 }
 
+/* A completion read for a live EP: a receive that took another message
+ * fails (into *lost), and a failure ends the connection (dto_fault). */
+DFI_HOT static inline const struct dfi_comp *dto_checked(struct dfi_dto *d,
+							 const struct dfi_comp *c,
+							 struct dfi_comp *lost)
+{
+	if (__builtin_expect(d->pool->order != NULL, 0) && dto_misnumbered(d, c))
+		c = dto_lost(d, c, lost);
+	if (__builtin_expect(c->err != 0, 0))
+		dto_fault(d, c->err);
+	return c;
+}
+
 /* A completion of a freed EP's pool (dfi_ep_dto_orphan): its EP is gone,
  * maybe another EP in its memory, so nothing of it is looked at but the
  * pool, which stays until the completion is read (dfi_dto_pool_release).
@@ -583,11 +596,8 @@ DFI_HOT static int cq_read(void *ctx, DAT_EVENT *ev, int max)
 			 * consumer reaps the event (cq_consumed); one of a
 			 * freed EP is dropped, its slot freed now */
 			orphan = dto_orphan(d);
-			if (__builtin_expect(d->pool->order != NULL, 0) && !orphan &&
-			    dto_misnumbered(d, ci))
-				ci = dto_lost(d, ci, &lost);
-			if (__builtin_expect(ci->err != 0, 0) && !orphan)
-				dto_fault(d, ci->err);
+			if (!orphan)
+				ci = dto_checked(d, ci, &lost);
 			if (!orphan && !order_turn(d, ci)) {
 				if (d->op != DAT_DTO_RECEIVE)
 					fence_done(d);
@@ -652,11 +662,8 @@ DFI_HOT static int cq_read_one(void *ctx, DAT_EVENT *ev)
 		if (!d || !dto_take_live(d, c))
 			continue;
 		orphan = dto_orphan(d);
-		if (__builtin_expect(d->pool->order != NULL, 0) && !orphan &&
-		    dto_misnumbered(d, c))
-			c = dto_lost(d, c, &lost);
-		if (__builtin_expect(c->err != 0, 0) && !orphan)
-			dto_fault(d, c->err);
+		if (!orphan)
+			c = dto_checked(d, c, &lost);
 		if (!orphan && !order_turn(d, c)) {
 			if (d->op != DAT_DTO_RECEIVE)
 				fence_done(d);
