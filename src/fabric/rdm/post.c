@@ -131,12 +131,12 @@ DFI_HOT int dfi_rdm_post_recv(struct dfi_fep *fe, const struct dfi_sge *sg, int 
 	if (n <= 1)
 		RETRY(e, fi_trecv(e->ep, n ? sg[0].addr : NULL, n ? sg[0].len : 0,
 				  n ? dfi_sge_desc(&sg[0]) : NULL, FI_ADDR_UNSPEC, e->rtag,
-				  RDM_TAG_SEQ_IGNORE, ctx));
+				  RDM_TAG_SEQ_IGNORE(e->seq_mask), ctx));
 	rc = dfi_fill_iov(sg, n, iov, desc);
 	if (rc)
 		return rc;
 	RETRY(e, fi_trecvv(e->ep, iov, desc, (size_t)n, FI_ADDR_UNSPEC, e->rtag,
-			    RDM_TAG_SEQ_IGNORE, ctx));
+			    RDM_TAG_SEQ_IGNORE(e->seq_mask), ctx));
 }
 
 static int rma(struct rdm_fep *e, const struct dfi_sge *sg, int n, uint64_t raddr,

@@ -28,7 +28,9 @@
 #define RDM_TAG_HELLO(id, gen)	((2ull << 46) | RDM_TAG(id, (gen) & RDM_GEN_MASK))
 #define RDM_HELLO_CTX(e)	((void *)((uintptr_t)(e) | 1u))
 #define RDM_SEQ_SHIFT		DFI_MSGNO_SHIFT
-#define RDM_TAG_SEQ_IGNORE	(0xffffull << RDM_SEQ_SHIFT)
+/* what a receive ignores of a message's tag: its sequence, in as many bits
+ * as the provider's tags have (the fabric's msgno_mask) */
+#define RDM_TAG_SEQ_IGNORE(mask)	((uint64_t)(mask) << RDM_SEQ_SHIFT)
 /* Class 1: a message for an SRQ endpoint, taken by any receive of its
  * SRQ's (srx.c), which ignore all but the class; the completion's tag
  * names the endpoint, and its sequence puts it in its place.  An

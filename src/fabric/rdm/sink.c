@@ -98,7 +98,7 @@ static int sink_post(struct rdm_fabric *rf, struct rdm_sink *s)
 
 	for (int i = 0; i < 3; i++) {
 		rc = fi_trecv(s->rep->ep, rf->scratch, rf->scratch_len, NULL, FI_ADDR_UNSPEC,
-			      s->tag, RDM_TAG_SEQ_IGNORE, SINK_CTX(s));
+			      s->tag, RDM_TAG_SEQ_IGNORE(rf->f->lim.msgno_mask), SINK_CTX(s));
 		if (rc != -FI_EAGAIN)
 			break;
 	}
