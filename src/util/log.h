@@ -37,9 +37,13 @@ const char *dfi_subsys_name(enum dfi_subsys ss);
 
 #define dfi_log_on(lvl, ss) ((unsigned)(lvl) <= dfi_log_threshold[(ss)])
 
+/* lvl is evaluated once: a caller may pick it with a side effect (a
+ * warning once, then debug lines: dto.c). */
 #define dfi_log(lvl, ss, ...) do {					\
-		if (dfi_log_on(lvl, ss))				\
-			dfi_log_emit(lvl, ss, __func__, __VA_ARGS__);	\
+		enum dfi_log_level dfi_log_lvl_ = (lvl);		\
+									\
+		if (dfi_log_on(dfi_log_lvl_, ss))			\
+			dfi_log_emit(dfi_log_lvl_, ss, __func__, __VA_ARGS__); \
 	} while (0)
 
 #define dfi_err(ss, ...)   dfi_log(DFI_LOG_ERROR, ss, __VA_ARGS__)
