@@ -358,7 +358,7 @@ static void dto_fault(struct dfi_dto *d, int err)
  * its connection's messages a receive took (dfi_comp_msgno), and a
  * connection's receives take its messages in the order they were posted:
  * the n-th receive posted on it, its pool's seq less the connection's base
- * (dfi_dto_order_base), must hold message n.  Another means the messages
+ * (dfi_dto_order_base), must hold message n (dto_numbered).  Another means the messages
  * before it were lost underneath: net and tcp;ofi_rxm drop what a peer's
  * socket held when they tear it down, and send later messages on a new
  * one (docs/rdm.md, "Numbered messages").  The receive then fails, and
@@ -366,29 +366,21 @@ static void dto_fault(struct dfi_dto *d, int err)
  * gap in its packet sequence: a message in the wrong buffer would be
  * silent corruption.
  */
-static bool dto_misnumbered(const struct dfi_dto *d, const struct dfi_comp *c)
+static const struct dfi_comp *dto_numbered(const struct dfi_dto *d, const struct dfi_comp *c,
+					   struct dfi_comp *out)
 {
-	const struct dfi_dto_order *o = d->pool->order;
+	struct dfi_dto_order *o = d->pool->order;
 	unsigned n, mask;
 
 	if (c->err || d->op != DAT_DTO_RECEIVE || d->ud ||
 	    !(mask = atomic_load_explicit(&o->msgno_mask, memory_order_relaxed)))
-		return false;
+		return c;
 	n = d->seq - atomic_load_explicit(&o->base, memory_order_relaxed);
-	if (n > UINT_MAX / 2)
-		return false;	/* posted for an earlier connection of the EP */
-	return (n & mask) != dfi_comp_msgno(c);
-}
-
-/* d's receive took the wrong message: its completion becomes a failure,
- * in *out.  Said once per connection, the later ones in debug. */
-static const struct dfi_comp *dto_lost(const struct dfi_dto *d, const struct dfi_comp *c,
-				       struct dfi_comp *out)
-{
-	struct dfi_dto_order *o = d->pool->order;
-	unsigned n = (d->seq - atomic_load_explicit(&o->base, memory_order_relaxed)) &
-		     atomic_load_explicit(&o->msgno_mask, memory_order_relaxed);
-
+	if (n > UINT_MAX / 2 || (n & mask) == dfi_comp_msgno(c))
+		return c;	/* its own message, or posted for an earlier connection */
+	n &= mask;
+	/* the wrong message: the completion becomes a failure, in *out, said
+	 * once per connection, the later ones in debug */
 	dfi_log(atomic_exchange_explicit(&o->lost_said, true, memory_order_relaxed) ?
 		DFI_LOG_DEBUG : DFI_LOG_WARN, DFI_SS_EP, "EP %p: receive %u of its connection "
 		"took message %u of its peer: the fabric lost the ones between; the receive "
@@ -406,8 +398,8 @@ DFI_HOT static inline const struct dfi_comp *dto_checked(struct dfi_dto *d,
 							 const struct dfi_comp *c,
 							 struct dfi_comp *lost)
 {
-	if (__builtin_expect(d->pool->order != NULL, 0) && dto_misnumbered(d, c))
-		c = dto_lost(d, c, lost);
+	if (__builtin_expect(d->pool->order != NULL, 0))
+		c = dto_numbered(d, c, lost);
 	if (__builtin_expect(c->err != 0, 0))
 		dto_fault(d, c->err);
 	return c;

@@ -232,6 +232,7 @@ void dfi_fabric_fill_limits(const struct fi_info *i, bool atomics, struct dfi_fa
 {
 	l->rdm = i->ep_attr->type == FI_EP_RDM;
 	l->unordered = l->rdm;
+	l->msgno_mask = 0;
 	if (l->rdm) {
 		/* the provider's tag bits: its mem_tag_format's highest bit */
 		uint64_t fmt = i->ep_attr->mem_tag_format;
@@ -239,7 +240,6 @@ void dfi_fabric_fill_limits(const struct fi_info *i, bool atomics, struct dfi_fa
 
 		bits = bits - DFI_MSGNO_SHIFT > 16 ? 16 : bits - DFI_MSGNO_SHIFT;
 		l->msgno_mask = bits >= 8 ? (uint16_t)((1u << bits) - 1) : 0;
-		l->numbered = l->msgno_mask != 0;
 	}
 	l->cm_ordered = l->rdm;
 	l->ud = l->rdm;		/* rdm/ud.c */
@@ -270,6 +270,12 @@ void dfi_fabric_fill_limits(const struct fi_info *i, bool atomics, struct dfi_fa
 	l->fi_minor = FI_MINOR(fi_version());
 	snprintf(l->prov_name, sizeof(l->prov_name), "%s", i->fabric_attr->prov_name);
 	l->unsettled = strcmp(l->prov_name, "net") == 0;
+	/* shm 1.17 matches a receive against the messages that came before it
+	 * by their exact tag, not the receive's ignore mask (smr_generic_recv,
+	 * smr_match_tagged): a numbered message that came first would match
+	 * none.  shm loses no message underneath, so its connections are not
+	 * numbered; an SRQ's still are (rdm/srx.c). */
+	l->numbered = l->msgno_mask && strcmp(l->prov_name, "shm") != 0;
 	snprintf(l->fabric_name, sizeof(l->fabric_name), "%s", i->fabric_attr->name);
 	snprintf(l->domain_name, sizeof(l->domain_name), "%s", i->domain_attr->name);
 }

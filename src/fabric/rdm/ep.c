@@ -54,16 +54,8 @@ static int rdm_open(struct dfi_fabric *f, const struct sockaddr_in *addr, char *
 		else
 			f->lim.polled = true;
 	}
-	if (strcmp(f->lim.prov_name, "shm") == 0) {
+	if (strcmp(f->lim.prov_name, "shm") == 0)
 		dfi_rdm_shm_unlink_at_exit();
-		/* shm 1.17 matches a receive against the messages that came
-		 * before it by their exact tag, not the receive's ignore mask
-		 * (smr_generic_recv, smr_match_tagged): a numbered message
-		 * that came first would match none.  shm loses no message
-		 * underneath, so its connections are not numbered; an SRQ's
-		 * still are (srx.c), as before. */
-		f->lim.numbered = false;
-	}
 	/* shm puts a message in its peer's queue before the post returns:
 	 * a DREQ after it cannot overtake it, and the peer's drain places it
 	 * (bye.c) */
