@@ -42,17 +42,22 @@ static int rdm_open(struct dfi_fabric *f, const struct sockaddr_in *addr, char *
 	if (rf->lose >= 0)
 		dfi_warn(DFI_SS_FABRIC, "DAPL_OFI_FAULT_RDM_LOSE=%d: message %d of every "
 			 "connection is lost", rf->lose, rf->lose);
-	/* A provider whose CQs have no wait fd (shm, efa in 1.17): its CQs
-	 * are polled, by the progress thread and by waiters (docs/rdm.md) */
+	/* A provider whose CQs have no wait fd (shm, efa in 1.17), or take
+	 * FI_WAIT_FD but cannot hand the fd out (rxd: FI_GETWAIT is
+	 * ENOSYS): its CQs are polled, by the progress thread and by
+	 * waiters (docs/rdm.md) */
 	{
-		struct fi_cq_attr ca = { .size = 1, .format = FI_CQ_FORMAT_DATA,
+		struct fi_cq_attr ca = { .size = 1, .format = FI_CQ_FORMAT_TAGGED,
 					 .wait_obj = FI_WAIT_FD };
 		struct fid_cq *cq;
+		int fd;
 
-		if (fi_cq_open(f->domain, &ca, &cq, NULL) == 0)
+		if (fi_cq_open(f->domain, &ca, &cq, NULL) == 0) {
+			f->lim.polled = fi_control(&cq->fid, FI_GETWAIT, &fd) != 0;
 			fi_close(&cq->fid);
-		else
+		} else {
 			f->lim.polled = true;
+		}
 	}
 	if (strcmp(f->lim.prov_name, "shm") == 0)
 		dfi_rdm_shm_unlink_at_exit();
