@@ -250,7 +250,12 @@ void dfi_fabric_fill_limits(const struct fi_info *i, bool atomics, struct dfi_fa
 	l->max_msg_size = i->ep_attr->max_msg_size;
 	l->mr_key_size = i->domain_attr->mr_key_size;
 	l->cq_data_size = i->domain_attr->cq_data_size;
-	l->atomic = atomics && (i->caps & FI_ATOMIC);
+	/* rxd 1.17's fetching atomics complete without effect (a raw
+	 * fi_fetch_atomic on an offset reports success, changes nothing and
+	 * fetches 0), and on a virtual address crash the target's progress:
+	 * emulated there, as where FI_ATOMIC is missing */
+	l->atomic = atomics && (i->caps & FI_ATOMIC) &&
+		    !strstr(i->fabric_attr->prov_name, "ofi_rxd");
 	/* rdm/ emulates over its control channel (rdm/ep.c); msg/ over RMA
 	 * writes with CQ data into mailboxes that the CM exchange announces
 	 * in a trailer of the private data (msg/atomic.c) */
