@@ -283,6 +283,7 @@ struct dfi_srq {
 	DAT_COUNT max_recv_dtos, max_recv_iov, low_watermark;
 	bool lw_armed;			/* the low watermark event may fire once */
 	bool freeing;			/* dat_srq_free won: no more attaches */
+	bool pulled;			/* the polling thread pulls srx (IA lock) */
 	int posted;			/* in the shared context, not completed */
 	int undequeued;			/* completed, not yet reaped */
 	int neps;			/* EPs attached */
@@ -778,6 +779,7 @@ void dfi_progress_unwatch_cq(struct dfi_ia *ia, struct dfi_evd *evd);
 /* An SRQ EP's private CQ, watched for the EP's life (IA lock held). */
 int dfi_progress_watch_rcq(struct dfi_ia *ia, struct dfi_ep *ep);
 void dfi_progress_unwatch_rcq(struct dfi_ia *ia, struct dfi_ep *ep);
+void dfi_progress_unpull_srq(struct dfi_ia *ia, struct dfi_srq *srq);
 /* After a pass over ep's private CQ (progress thread): watch it again; a
  * stalled one is also retried on the tick. */
 void dfi_progress_rearm_rcq(struct dfi_ep *ep, bool stalled);

@@ -467,6 +467,36 @@ static void batch_mark(struct dfi_ia *ia)
 	pthread_mutex_unlock(&ia->lock);
 }
 
+/* IA lock held: until the thread's batch under way, if any, is over. */
+static void batch_wait(struct dfi_ia *ia)
+{
+	unsigned b = ia->batch;
+
+	if (pthread_equal(pthread_self(), ia->progress))
+		return;		/* freed from a callback of the thread itself */
+	while ((b & 1) && ia->batch == b)
+		pthread_cond_wait(&ia->batch_done, &ia->lock);
+}
+
+/* A polled IA's SRQs, inside the batch (dfi_progress_unpull_srq waits for
+ * it).  An SRQ's shared endpoint is otherwise read only by the pulls of
+ * its EPs' private CQs: with none attached, a message for an ended
+ * connection stays unread, and on a provider whose target progress
+ * answers the sender (rxd, docs/rdm.md) the sender waits for ever. */
+static void pull_srqs(struct dfi_ia *ia)
+{
+	struct dfi_srx *srx[DFI_MAX_SRQS];
+	int n = 0;
+
+	pthread_mutex_lock(&ia->lock);
+	for (struct dfi_obj *o = ia->objs.next; o != &ia->objs && n < DFI_MAX_SRQS; o = o->next)
+		if (o->type == DFI_T_SRQ && ((struct dfi_srq *)o)->pulled)
+			srx[n++] = ((struct dfi_srq *)o)->srx;
+	pthread_mutex_unlock(&ia->lock);
+	for (int i = 0; i < n; i++)
+		dfi_srx_progress(srx[i]);
+}
+
 /* epoll_wait until an event or the deadline `at` (ns, 0: none), with
  * microsecond resolution where the kernel has epoll_pwait2. */
 static int wait_events(int epfd, struct epoll_event *evs, int max, uint64_t at, uint64_t now)
@@ -667,6 +697,11 @@ static void *progress_main(void *arg)
 			poll_at = now + (more ? DFI_EVQ_POLL_MIN_NS :
 					 dfi_poll_sleep_ns(now - moved_at));
 			polled = true;
+			if (ia->n_srq) {
+				batch_mark(ia);
+				pull_srqs(ia);
+				batch_mark(ia);
+			}
 		}
 		if (n <= 0)
 			continue;
@@ -965,8 +1000,6 @@ int dfi_progress_watch_cq(struct dfi_ia *ia, struct dfi_evd *evd)
 /* IA lock held.  Once it returns the thread no longer touches evd. */
 void dfi_progress_unwatch_cq(struct dfi_ia *ia, struct dfi_evd *evd)
 {
-	unsigned b;
-
 	/* EPs that paired another EVD with this one are gone (an EVD is freed
 	 * once nothing feeds it); a new partner would make it mixed anyway. */
 	for (struct dfi_obj *o = ia->objs.next; o != &ia->objs; o = o->next) {
@@ -986,11 +1019,7 @@ void dfi_progress_unwatch_cq(struct dfi_ia *ia, struct dfi_evd *evd)
 	evd->parked = false;
 	evd->unwatched = true;		/* no later batch picks it up */
 	ia->cq_gen++;			/* nor an event returned before it (progress_main) */
-	if (pthread_equal(pthread_self(), ia->progress))
-		return;		/* freed from a callback of the thread itself */
-	b = ia->batch;
-	while ((b & 1) && ia->batch == b)
-		pthread_cond_wait(&ia->batch_done, &ia->lock);
+	batch_wait(ia);
 }
 
 /* Wake the thread through its kick fd (the thread runs). */
@@ -1022,8 +1051,6 @@ int dfi_progress_watch_rcq(struct dfi_ia *ia, struct dfi_ep *ep)
 /* IA lock held.  Once it returns the thread no longer touches ep. */
 void dfi_progress_unwatch_rcq(struct dfi_ia *ia, struct dfi_ep *ep)
 {
-	unsigned b;
-
 	if (!ep->rcq_watched)
 		return;
 	epoll_ctl(ia->epfd, EPOLL_CTL_DEL, dfi_cq_fd(ep->rcq), NULL);
@@ -1042,11 +1069,16 @@ void dfi_progress_unwatch_rcq(struct dfi_ia *ia, struct dfi_ep *ep)
 	 * for the EQ's reader) */
 	while (ia->n_pulling && !dfi_cm_pulling())
 		pthread_cond_wait(&ia->batch_done, &ia->lock);
-	if (pthread_equal(pthread_self(), ia->progress))
-		return;		/* freed from a callback of the thread itself */
-	b = ia->batch;
-	while ((b & 1) && ia->batch == b)
-		pthread_cond_wait(&ia->batch_done, &ia->lock);
+	batch_wait(ia);
+}
+
+/* IA lock held.  Once it returns the thread no longer pulls srq's srx. */
+void dfi_progress_unpull_srq(struct dfi_ia *ia, struct dfi_srq *srq)
+{
+	if (!srq->pulled)
+		return;
+	srq->pulled = false;
+	batch_wait(ia);
 }
 
 /* IA lock held. */

@@ -167,6 +167,7 @@ DAT_RETURN dfi_srq_create(DAT_IA_HANDLE h, DAT_PZ_HANDLE pzh, DAT_SRQ_ATTR *attr
 		goto err_obj;
 	pthread_mutex_lock(&ia->lock);
 	pz->refs++;
+	srq->pulled = true;
 	pthread_mutex_unlock(&ia->lock);
 	dfi_dbg(DFI_SS_EP, "SRQ %p: %d receives of up to %d segments", (void *)srq,
 		srq->max_recv_dtos, srq->max_recv_iov);
@@ -196,6 +197,9 @@ void dfi_srq_destroy(struct dfi_srq *srq)
 {
 	struct dfi_ia *ia = srq->hdr.ia;
 
+	pthread_mutex_lock(&ia->lock);
+	dfi_progress_unpull_srq(ia, srq);
+	pthread_mutex_unlock(&ia->lock);
 	dfi_srx_close(srq->srx);
 	while (srq->chunks) {
 		struct dfi_srq_chunk *c = srq->chunks;

@@ -183,6 +183,12 @@ int dfi_srx_cq_open(struct dfi_srx *srx, size_t size, struct dfi_cq **cq)
 	return srx->be->srx_cq_open(srx, size, cq);
 }
 
+void dfi_srx_progress(struct dfi_srx *srx)
+{
+	if (srx->be->srx_progress)
+		srx->be->srx_progress(srx);
+}
+
 int dfi_fep_open(struct dfi_fabric *f, struct dfi_eq *eq, void *req, struct dfi_cq *txcq,
 		 struct dfi_cq *rxcq, struct dfi_srx *srx, size_t tx_size, size_t rx_size,
 		 void *ctx, struct dfi_fep **fep)

@@ -250,6 +250,10 @@ void dfi_srx_close(struct dfi_srx *srx);
  * a read of it gives that endpoint's completions of srx's receives.
  * Read, try-waited and closed as any CQ; closed after its endpoint. */
 int dfi_srx_cq_open(struct dfi_srx *srx, size_t size, struct dfi_cq **cq);
+/* Progress srx with no endpoint's CQ to pull it: on a polled fabric whose
+ * target progress answers a message (rxd), the sender of one that came
+ * for an ended connection waits for it.  Any thread. */
+void dfi_srx_progress(struct dfi_srx *srx);
 
 /* Active endpoints.  Created from a connection request (passive side, req)
  * or to connect (active side, req NULL: the peer is dfi_fep_connect's),

@@ -71,6 +71,7 @@ struct dfi_backend {
 	void (*srx_close)(struct dfi_srx *srx);
 	int (*srx_post_recv)(struct dfi_srx *srx, const struct dfi_sge *sg, int n, void *ctx);
 	int (*srx_cq_open)(struct dfi_srx *srx, size_t size, struct dfi_cq **cq);
+	void (*srx_progress)(struct dfi_srx *srx);	/* NULL: the provider's own */
 
 	int (*fep_open)(struct dfi_fabric *f, struct dfi_eq *eq, void *req, struct dfi_cq *txcq,
 			struct dfi_cq *rxcq, struct dfi_srx *srx, size_t tx_size, size_t rx_size,

@@ -986,6 +986,7 @@ const struct dfi_backend dfi_rdm_backend = {
 	.srx_close = dfi_rdm_srx_close,
 	.srx_post_recv = dfi_rdm_srx_post_recv,
 	.srx_cq_open = dfi_rdm_srx_cq_open,
+	.srx_progress = dfi_rdm_srx_progress,
 	.fep_open = rdm_fep_open,
 	.fep_connect = rdm_fep_connect,
 	.fep_accept = rdm_fep_accept,

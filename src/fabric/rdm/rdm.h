@@ -294,6 +294,7 @@ int dfi_rdm_srx_open(struct dfi_fabric *f, size_t size, size_t iov_limit, struct
 void dfi_rdm_srx_close(struct dfi_srx *srx);
 int dfi_rdm_srx_post_recv(struct dfi_srx *srx, const struct dfi_sge *sg, int n, void *ctx);
 int dfi_rdm_srx_cq_open(struct dfi_srx *srx, size_t size, struct dfi_cq **cq);
+void dfi_rdm_srx_progress(struct dfi_srx *srx);
 /* an SRQ endpoint's connection ended or it closes (lock held): what waits
  * for an earlier message goes to its CQ now */
 void rdm_srx_fep_gone(struct rdm_fep *e);

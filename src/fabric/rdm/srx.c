@@ -341,6 +341,11 @@ static int srx_trywait(void *arg)
 
 static const struct dfi_cq_feed srx_feed = { .pull = srx_pull, .trywait = srx_trywait };
 
+void dfi_rdm_srx_progress(struct dfi_srx *sx)
+{
+	srx_pull(RDM_SRX(sx));
+}
+
 int dfi_rdm_srx_cq_open(struct dfi_srx *sx, size_t size, struct dfi_cq **cq)
 {
 	struct rdm_srx *x = RDM_SRX(sx);
