@@ -40,6 +40,10 @@ static DAT_RETURN cm_err(int rc, const char *what, DAT_RETURN other)
 		rc = gone;
 	if (rc == -EMFILE || rc == -ENFILE || rc == -ENOMEM)
 		return dfi_resource_err(rc, DAT_RESOURCE_TEP, what);
+	/* the provider endpoint's receive queue stayed full (post.c retried
+	 * for 2 s): the early receives did not fit, as a post's would not */
+	if (rc == -EAGAIN)
+		return DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_TEP);
 	return other;
 }
 
