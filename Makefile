@@ -197,6 +197,7 @@ $(DATCONF): Makefile | $(LIB)
 	  echo "ofi-net-rdm-lo u2.0 nonthreadsafe default $(abspath $(LIB)) dapl.2.0 \"net lo ep=rdm\" \"\""; \
 	  echo "ofi-rxm-lo u2.0 nonthreadsafe default $(abspath $(LIB)) dapl.2.0 \"tcp;ofi_rxm lo\" \"\""; \
 	  echo "ofi-shm u2.0 nonthreadsafe default $(abspath $(LIB)) dapl.2.0 \"shm lo\" \"\""; \
+	  echo "ofi-rxd-lo u2.0 nonthreadsafe default $(abspath $(LIB)) dapl.2.0 \"udp;ofi_rxd lo\" \"\""; \
 	  echo "# deliberately broken entries, used by the tests"; \
 	  echo "ofi-bad-params u2.0 nonthreadsafe default $(abspath $(LIB)) dapl.2.0 \"tcp\" \"\""; \
 	  echo "ofi-bad-prov u2.0 nonthreadsafe default $(abspath $(LIB)) dapl.2.0 \"nosuchprov lo\" \"\""; \

@@ -257,13 +257,14 @@ if [ "$scope" = all ] && [ "$variant" = plain ]; then
 	# machine was quiet or busy)
 	# (make check: not dtest -W, whose polled target is most of the
 	# minute or two this takes; rxm and shm run it on the same backend)
-	pingpong=""
-	[ "$level" = all ] && pingpong=dtest-pingpong
+	# (dtestx sleeps 6 s of its own a run: make check takes one run of
+	# its flags, with the atomics, emulated here, on the IA itself)
+	more=""
+	[ "$level" = all ] && more="dtest-pingpong dtestx-p dtestx-m"
 	[ -x tests/stock/clients.sh ] && B=$B CLIENTS_TIMEOUT=150 CLIENTS_IA=ofi-net-rdm-lo \
 		CLIENTS_IA_RR=ofi-net-rdm-lo \
 		CLIENTS_IA_ATOMIC=ofi-net-rdm-lo CLIENTS_WRAP="" CLIENTS_CASES="dtest-default dtest-p \
-dtest-c dtest-w dtest-u $pingpong dtestcm-poll dtestcm-w dtestx-query dtestx dtestx-p dtestx-m \
-dtestx-u dtestx-atomics" \
+dtest-c dtest-w dtest-u dtestcm-poll dtestcm-w dtestx-query dtestx dtestx-u $more" \
 		run stock_clients-rdm 600 tests/stock/clients.sh
 fi
 # The RDM backend on tcp;ofi_rxm (ofi-rxm-lo: RDM over tcp's connected
@@ -322,14 +323,50 @@ for rdm in rxm:ofi-rxm-lo shm:ofi-shm; do
 		# dapl-ofi emulates them over the control channel
 		[ -x tests/stock/dapltest.sh ] && B=$B DAPLTEST_IA=$ia DAPLTEST_WRAP="" \
 			run stock_dapltest-$tag 900 tests/stock/dapltest.sh
+		# (dtestx-atomics would repeat dtestx: the atomics IA is the IA)
+		more=""
+		[ "$level" = all ] && more="dtestx-p dtestx-m dtestx-b4096"
 		[ -x tests/stock/clients.sh ] && B=$B CLIENTS_IA=$ia CLIENTS_IA_RR=$ia \
 			CLIENTS_IA_ATOMIC=$ia CLIENTS_WRAP="" CLIENTS_CASES="dtest-default dtest-p \
 dtest-c dtest-w dtest-u dtest-rr dtest-pingpong dtest-datacheck dtest-allsizes dtestcm-poll \
-dtestcm-w dtestcm-1000 dtestsrq-srq dtestsrq-srq-c8 dtestsrq-nosrq dtestx-query dtestx dtestx-p \
-dtestx-m dtestx-b4096 dtestx-atomics dtestx-u dtestx-U4m" \
+dtestcm-w dtestcm-1000 dtestsrq-srq dtestsrq-srq-c8 dtestsrq-nosrq dtestx-query dtestx \
+dtestx-u dtestx-U4m $more" \
 			run stock_clients-$tag 600 tests/stock/clients.sh
 	fi
 done
+# The RDM backend on udp;ofi_rxd (ofi-rxd-lo: reliable datagrams over UDP,
+# which rxd numbers, acknowledges and retransmits itself, progressed only
+# inside the consumer's calls, as EFA's RDM protocol is; CQs without a wait
+# fd, polled; docs/rdm.md, section 6).  Every suite and the stock programs
+# in the plain variant, the CM and streams under TSan (ASan: check-all).
+if [ -x "$B/tests/test_api_conn" ] && [ "$scope" != stock ]; then
+	if [ "$variant" = tsan ]; then
+		CONN_TEST_IA=ofi-rxd-lo run test_api_conn-rxd-cm 300 "$B/tests/test_api_conn" 'test_cm_*'
+		CONN_TEST_IA=ofi-rxd-lo run test_api_conn-rxd-streams 300 "$B/tests/test_api_conn" \
+			'test_stream*'
+	elif [ "$scope" = all ] && { [ "$variant" != asan ] || ! later "test_api_*-rxd"; }; then
+		CONN_TEST_IA=ofi-rxd-lo run test_api_conn-rxd 300 "$B/tests/test_api_conn"
+		IB_TEST_IA=ofi-rxd-lo run test_api_ib-rxd 300 "$B/tests/test_api_ib"
+		for t in upcall cancel limits srq srq_peer; do
+			DFI_TEST_IA=ofi-rxd-lo run test_api_$t-rxd 300 "$B/tests/test_api_$t"
+		done
+	fi
+fi
+if [ "$scope" = all ] && [ "$variant" = plain ]; then
+	[ -x tests/stock/dapltest.sh ] && B=$B DAPLTEST_IA=ofi-rxd-lo DAPLTEST_WRAP="" \
+		run stock_dapltest-rxd 900 tests/stock/dapltest.sh
+	# Not dtest -a -W (every size, 64 KiB at most, to a target spinning on
+	# memory): each write waits for the target's progress thread, and the
+	# 64 B ping-pong alone takes 30 s (issue 42)
+	more=""
+	[ "$level" = all ] && more="dtest-c dtest-w dtest-u dtest-pingpong dtestcm-poll dtestcm-w \
+dtestsrq-srq-c8 dtestx-query dtestx-p dtestx-m dtestx-b4096"
+	[ -x tests/stock/clients.sh ] && B=$B CLIENTS_TIMEOUT=150 CLIENTS_IA=ofi-rxd-lo \
+		CLIENTS_IA_RR=ofi-rxd-lo CLIENTS_IA_ATOMIC=ofi-rxd-lo CLIENTS_WRAP="" \
+		CLIENTS_CASES="dtest-default dtest-p dtest-rr dtest-datacheck dtestcm-1000 dtestsrq-srq \
+dtestsrq-nosrq dtestx dtestx-u dtestx-U4m $more" \
+		run stock_clients-rxd 600 tests/stock/clients.sh
+fi
 # Completion queues with poll fds (DAPL_OFI_CQ_WAIT=pollfd, fabric/cq.c):
 # their fd is dapl-ofi's mirror of the provider's list, and every waiter,
 # the progress thread and each connect and close keep it right.  The
@@ -439,6 +476,13 @@ connect-nolink listener-killed listener-partitioned thousand dtest dapltest"
 	B=$B FAULTS_IA=ofi-host-rxm run hosts_faults-rxm 600 tests/hosts/faults.sh \
 		partition-streaming partition-a-out kill-sender kill-receiver loss-3 \
 		connect-dropped thousand dtest
+	# and on udp;ofi_rxd (ofi-host-rxd), which retransmits over UDP
+	# itself: a partition, a killed peer, loss, dtest with and without
+	# loss (1 MiB writes: its 4 MiB default takes minutes there), about
+	# 40 s.  Not thousand: 1000 connections of 32 receives each do not fit
+	# rxd's receive queues (1024 entries an endpoint, docs/rdm.md).
+	B=$B FAULTS_IA=ofi-host-rxd FAULTS_DTEST_FLAGS="-b 1048576 -B 100" run hosts_faults-rxd 600 \
+		tests/hosts/faults.sh partition-streaming kill-receiver loss-3 connect-dropped dtest
 fi
 # A 60 s slice of the soak across the two test hosts (tests/hosts/soak.sh,
 # make soak runs it longer): 256 connections, verified sends, RDMA writes

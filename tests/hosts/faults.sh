@@ -25,6 +25,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
 PEER=$PWD/$B/tests/fault_peer
 IA=${FAULTS_IA:-ofi-host}	# ofi-host-rdm: the same cases on the RDM backend
+# dtest's own flags across the hosts (its defaults: 2000 RDMA writes of 4 MiB)
+DTEST_FLAGS=${FAULTS_DTEST_FLAGS:-}
 [ -x "$PEER" ] || { echo "faults.sh: $PEER missing: run make tests" >&2; exit 2; }
 work=$(mktemp -d)
 trap 'hosts_down; rm -rf "$work"' EXIT
@@ -341,10 +343,13 @@ thousand() {
 dtest_across() {
 	local p="" s
 	[ "$1" -gt 0 ] && hosts_drop a both "$1"
-	hosts_spawn b "$work/b.log" timeout 60 stdbuf -oL dtest -P "$IA" -s
+	# shellcheck disable=SC2086
+	hosts_spawn b "$work/b.log" timeout 60 stdbuf -oL dtest -P "$IA" $DTEST_FLAGS -s
 	pb=$HOSTS_PID
 	for _ in $(seq 100); do grep -q 'waiting for client' "$work/b.log" && break; sleep 0.05; done
-	hosts_run a timeout 60 stdbuf -oL dtest -P "$IA" -h "$HOSTS_ADDR_B" >"$work/a.log" 2>&1
+	# shellcheck disable=SC2086
+	hosts_run a timeout 60 stdbuf -oL dtest -P "$IA" $DTEST_FLAGS -h "$HOSTS_ADDR_B" \
+		>"$work/a.log" 2>&1
 	wait_pid "$pb" 30 || p+="b: dtest server still running 30 s after the client"$'\n'
 	for s in a b; do
 		{ grep -q 'DAPL Test Complete\. PASSED' "$work/$s.log" &&

@@ -57,11 +57,13 @@ hosts_up() {
 	HOSTS_DATCONF=$HOSTS_DIR/dat.conf
 	# ofi-host-net: net's connected endpoints; ofi-host-rdm: the RDM
 	# backend on net's reliable-datagram endpoints; ofi-host-rxm: on
-	# tcp;ofi_rxm's
+	# tcp;ofi_rxm's; ofi-host-rxd: on udp;ofi_rxd's, which retransmit
+	# over UDP themselves
 	{ echo "ofi-host u2.0 nonthreadsafe default $lib dapl.2.0 \"tcp veth0\" \"\""
 	  echo "ofi-host-net u2.0 nonthreadsafe default $lib dapl.2.0 \"net veth0\" \"\""
 	  echo "ofi-host-rdm u2.0 nonthreadsafe default $lib dapl.2.0 \"net veth0 ep=rdm\" \"\""
 	  echo "ofi-host-rxm u2.0 nonthreadsafe default $lib dapl.2.0 \"tcp;ofi_rxm veth0\" \"\""
+	  echo "ofi-host-rxd u2.0 nonthreadsafe default $lib dapl.2.0 \"udp;ofi_rxd veth0\" \"\""
 	} > "$HOSTS_DATCONF"
 	hosts_down
 	ip netns add "$HOSTS_A" && ip netns add "$HOSTS_B" &&

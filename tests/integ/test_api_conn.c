@@ -299,6 +299,26 @@ static bool ia_is_rdm(DAT_IA_HANDLE ia)
 		}								\
 	} while (0)
 
+/* libfabric 1.17 udp;ofi_rxd's own gaps (docs/rdm.md, section 6) */
+#define SKIP_ON_RXD(p, why)							\
+	do {									\
+		if (ia_attr_is((p)->s.ia, DAPL_OFI_ATTR_FABRIC, "udp;ofi_rxd")) {	\
+			print_message("# skipped on rxd: %s\n", why);		\
+			skip();							\
+		}								\
+	} while (0)
+
+/* rxd 1.17's target drops an RMA request its registration refuses
+ * (rxd_verify_iov fails, the entry is never made) after acknowledging
+ * its packets: the origin's request never completes. */
+#define RXD_RMA_UNANSWERED "libfabric 1.17 rxd drops an RDMA request the target's " \
+			   "registration refuses, and never answers the origin"
+
+/* rxd 1.17 gives up on a silent peer after 50 retransmissions, backing
+ * off to 4 s each (rxd_ep.c, RXD_MAX_PKT_RETRY): about 156 s. */
+#define RXD_DEAD_PEER_SLOW "libfabric 1.17 rxd fails requests to a dead peer only after " \
+			   "its own 50 retransmissions, about 156 s"
+
 /* A peer SIGKILLed inside shm 1.17's critical section leaves the spin lock
  * in its shared region (or in ours) held for good, and the next send to
  * it, or the next read of ours, spins in the provider for ever (seen
@@ -2261,6 +2281,7 @@ static void test_peer_sigkilled_while_receiving(void **state)
 	char b[160];
 
 	SKIP_ON_SHM(p, SHM_KILL_GAP);
+	SKIP_ON_RXD(p, RXD_DEAD_PEER_SLOW);
 	watchdog(__func__, 60);
 	pid = spawn_peer(p->port, "sink");
 	cr = wait_cr(&p->s, p->psp, p->port);
@@ -2848,6 +2869,7 @@ static void test_rdma_write_bad_rmr_context(void **state)
 	char c_seen[256] = "", s_seen[256] = "";
 	uint64_t t0;
 	SKIP_ON_SHM(p, SHM_RMA_UNCHECKED);
+	SKIP_ON_RXD(p, RXD_RMA_UNANSWERED);
 	SKIP_ON_UNACKED_STREAM(p);
 
 	watchdog(__func__, 60);
@@ -3334,6 +3356,7 @@ static void test_rdma_write_out_of_range(void **state)
 	DAT_LMR_TRIPLET t;
 	DAT_RMR_TRIPLET rt;
 	SKIP_ON_SHM(p, SHM_RMA_UNCHECKED);
+	SKIP_ON_RXD(p, RXD_RMA_UNANSWERED);
 	SKIP_ON_UNACKED_STREAM(p);
 
 	watchdog(__func__, 60);
@@ -3397,6 +3420,7 @@ static void test_rdma_read_out_of_range(void **state)
 	DAT_LMR_TRIPLET t;
 	DAT_RMR_TRIPLET rt;
 	SKIP_ON_SHM(p, SHM_RMA_UNCHECKED);
+	SKIP_ON_RXD(p, RXD_RMA_UNANSWERED);
 
 	watchdog(__func__, 60);
 	subreg_open(p, &r);
@@ -4613,6 +4637,7 @@ static void test_write_to_freed_region_spares_others(void **state)
 	DAT_RMR_TRIPLET rt;
 	uint64_t t0;
 
+	SKIP_ON_RXD(p, RXD_RMA_UNANSWERED);
 	SKIP_ON_UNACKED_STREAM(p);
 	watchdog(__func__, 60);
 	memset(&l, 0, sizeof(l));
@@ -5874,6 +5899,9 @@ static void test_progress_stays_off_a_waiting_target(void **state)
 
 	if (lease && atol(lease) == 0)
 		skip();		/* the thread is told to watch every CQ */
+	/* there the target's progress acknowledges each write: while the
+	 * waiter sleeps, the thread is that progress */
+	SKIP_ON_RXD(p, "libfabric 1.17 rxd carries out RDMA writes in the target's progress");
 	watchdog(__func__, 60);
 	establish(p);
 	assert_ok(post_recv1(&p->s, 0, 64, 0x51));
