@@ -101,7 +101,7 @@ $(LIB): $(call obj,$(LIB_SRCS)) src/dat/libdaplofi.map
 # daplofi-info shares the library's ia_params parser, address resolution and
 # fi_getinfo (src/fabric/info.c) to explain a failed open; the open itself
 # goes through -ldat2 as any DAT program's.
-$(B)/daplofi-info: $(call obj,tools/daplofi-info.c $(UTIL_SRCS) src/fabric/info.c)
+$(B)/daplofi-info: $(call obj,tools/daplofi-info.c tools/info_selftest.c $(UTIL_SRCS) src/fabric/info.c)
 	$(CC) -o $@ $^ $(ALL_LDFLAGS) -ldat2 -ldl $(FABRIC_LIBS)
 
 $(B)/daplofi-demo: $(call obj,tools/daplofi-demo.c)

@@ -7,7 +7,8 @@
 #   tests/info.sh            (from the repo root, after `make`; B=build dir)
 #
 # Prints TAP; exit 0 if every case passed, 1 otherwise, 2 if it cannot run.
-# Each run of daplofi-info takes about half a second (it opens each IA).
+# Each run of daplofi-info takes about half a second (it opens each IA and
+# runs its self-test: a connection to itself and a message over it).
 set -u
 
 B=${B:-build}
@@ -94,6 +95,50 @@ grep -q 'DAPL_OFI_LOG_LEVEL' "$work/verbose.out" &&
 ok $? "-v: the configuration table, and ofi-lo's IA and provider attributes"
 sed -n '/^ofi-bad-if  FAILS$/,/^$/p' "$work/verbose.out" | grep -q "log .*nosuchif0"
 ok $? "-v: ofi-bad-if shows dapl-ofi's own log line"
+sed -n '/^ofi-lo  opens$/,/^$/p' "$work/verbose.out" |
+	grep -qE 'self-test   passed in [0-9]+ ms: an EP connected to another through 127\.0\.0\.1 port'
+ok $? "-v: ofi-lo's self-test passed" "$(sed -n '/^ofi-lo  opens$/,/^$/p' "$work/verbose.out" | tail -4)"
+
+# ---- the self-test: an IA that opens but cannot carry a connection ---------
+# DAPL_OFI_FAULT_CQ_OPEN=1 makes every completion queue fail to open, as
+# fi_cq_open of udp;ofi_rxd once did: dat_ia_open succeeds, the first call
+# that needs the queues fails.  "opens" must not be said of such an entry.
+grep -E '^(#|ofi-lo )' "$CONF" >"$work/lo.conf"
+info lo -f "$work/lo.conf"
+[ "$rc" = 0 ] && row "$work/lo.out" ofi-lo | grep -qE "^ofi-lo +opens "
+ok $? "ofi-lo alone: opens (its self-test passes), exit status 0" \
+	"exit $rc: $(row "$work/lo.out" ofi-lo)"
+grep -q '^  ofi-lo (line' "$work/lo.out"
+ok $(( ! $? )) "ofi-lo alone: no problem reported" "$(cat "$work/lo.out")"
+DAPL_OFI_FAULT_CQ_OPEN=1 info cqfault -f "$work/lo.conf"
+ok $(( rc != 2 )) "DAPL_OFI_FAULT_CQ_OPEN=1: exit status 2 (a dapl-ofi entry does not open)" \
+	"exit $rc"
+row "$work/cqfault.out" ofi-lo | grep -qE "^ofi-lo +FAILS "
+ok $? "DAPL_OFI_FAULT_CQ_OPEN=1: ofi-lo FAILS, though dat_ia_open succeeds" \
+	"$(row "$work/cqfault.out" ofi-lo)"
+expect_problem "$work/cqfault.out" ofi-lo \
+	"dat_ia_open succeeds, but the self-test fails: dat_" "cannot carry a DAT connection"
+problem "$work/cqfault.out" ofi-lo | grep -qE 'self-test fails: dat_[a-z_]+( \([^)]*\))?: DAT_[A-Z_]+'
+ok $? "DAPL_OFI_FAULT_CQ_OPEN=1: the reason names the DAT call that failed and its DAT error" \
+	"$(problem "$work/cqfault.out" ofi-lo)"
+all=$(problem "$work/cqfault.out" ofi-lo)
+[[ ${all%% fix: *} == *"dapl-ofi["*"] error fabric: dfi_cq_open: fi_cq_open("*"): Function not implemented"* ]]
+ok $? "DAPL_OFI_FAULT_CQ_OPEN=1: the reason quotes dapl-ofi's log line about fi_cq_open" "$all"
+[[ ${all#* fix: } == *"DAPL_OFI_FAULT_CQ_OPEN=1 is set"* && ${all#* fix: } == *"DAPL_OFI_LOG_LEVEL=debug"* &&
+   ${all#* fix: } == *"report it"* ]]
+ok $? "DAPL_OFI_FAULT_CQ_OPEN=1: the fix names the switch, DAPL_OFI_LOG_LEVEL=debug, and to report it" \
+	"$all"
+[ ! -s "$work/cqfault.err" ]
+ok $? "DAPL_OFI_FAULT_CQ_OPEN=1: nothing on stderr (the library's log lines are captured)" \
+	"$(head -5 "$work/cqfault.err")"
+DAPL_OFI_FAULT_CQ_OPEN=1 info cqfault-v -v -f "$work/lo.conf"
+sed -n '/^ofi-lo  FAILS$/,/^$/p' "$work/cqfault-v.out" | grep -q 'self-test   failed at dat_' &&
+	sed -n '/^ofi-lo  FAILS$/,/^$/p' "$work/cqfault-v.out" | grep -q 'max_eps'
+ok $? "DAPL_OFI_FAULT_CQ_OPEN=1 -v: ofi-lo's IA attributes (it opened), then the failed self-test" \
+	"$(sed -n '/^ofi-lo  FAILS$/,/^$/p' "$work/cqfault-v.out" | tail -8)"
+DAPL_OFI_FAULT_CQ_OPEN=1 info cqfault-q -q -f "$work/lo.conf"
+[ "$rc" = 0 ] && row "$work/cqfault-q.out" ofi-lo | grep -qE "^ofi-lo +- "
+ok $? "DAPL_OFI_FAULT_CQ_OPEN=1 -q: nothing opened or tested, exit status 0" "exit $rc"
 
 # ---- a dat.conf made here: registry-level mistakes -------------------------
 cat >"$work/mixed.conf" <<EOF

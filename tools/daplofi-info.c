@@ -1,9 +1,11 @@
 /*
  * daplofi-info: the first thing to run when a DAT program cannot open a
  * dapl-ofi IA.  For each entry of a dat.conf: does it open through the stock
- * registry (dat_ia_open, as any DAT program), and if not, why and how to fix
- * it; which libfabric provider, endpoint type, interface, address, fabric and
- * domain it uses.  Also the configuration table with the values in force.
+ * registry (dat_ia_open, as any DAT program) and, for dapl-ofi's entries,
+ * carry a connection to itself and a message over it (the self-test); if
+ * not, why and how to fix it; which libfabric provider, endpoint type,
+ * interface, address, fabric and domain it uses.  Also the configuration
+ * table with the values in force.
  *
  *   daplofi-info [-a] [-c] [-f dat.conf] [-q] [-v]      (man/daplofi-info.1)
  *   daplofi-info --generate [--lib PATH] [--interface LIST] [--fabric LIST]
@@ -11,9 +13,11 @@
  * The diagnosis reuses the library's own pieces: its ia_params parser
  * (util/ia_params.c), its address resolution and its fi_getinfo
  * (fabric/fabric.c, dfi_fabric_probe), so that it finds what dat_ia_open
- * would.  The open itself goes through libdat2 only.
+ * would.  The open and the self-test (info_selftest.c) go through libdat2
+ * only.
  */
 #include "fabric/fabric.h"
+#include "info_selftest.h"
 #include "util/ia_params.h"
 #include "util/param.h"
 
@@ -24,6 +28,7 @@
 #include <getopt.h>
 #include <ifaddrs.h>
 #include <net/if.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -40,7 +45,7 @@
 enum state {
 	S_UNTRIED,		/* -q, or another provider's entry without -a */
 	S_OPENS,
-	S_FAILS,		/* dat_ia_open failed */
+	S_FAILS,		/* dat_ia_open or the self-test failed */
 	S_IGNORED,		/* the registry never registers it */
 };
 
@@ -566,22 +571,95 @@ static void query(struct entry *e, DAT_IA_HANDLE ia)
 		       p.provider_specific_attr[i].value);
 }
 
-/* dat_ia_open through the registry, as a DAT program does, then close. */
-static DAT_RETURN try_open(struct entry *e, char *log, size_t loglen)
+/* ---------------------------------------------------------- the self-test */
+
+/* The captured line that says most about a failure: dapl-ofi's first
+ * error line, else its first line, else none (""); log is what was
+ * captured from the start of the self-test on. */
+static void log_line(const char *log, char *out, size_t len)
+{
+	const char *pick = NULL;
+
+	for (const char *l = log; *l; ) {
+		const char *nl = strchrnul(l, '\n'), *lvl = NULL;
+
+		if (strncmp(l, "dapl-ofi[", 9) == 0)
+			lvl = memchr(l, ']', (size_t)(nl - l));
+		if (lvl && !pick)
+			pick = l;
+		if (lvl && strncmp(lvl, "] error ", 8) == 0) {
+			pick = l;
+			break;
+		}
+		l = *nl ? nl + 1 : nl;
+	}
+	snprintf(out, len, "%.*s", pick ? (int)(strchrnul(pick, '\n') - pick) : 0,
+		 pick ? pick : "");
+}
+
+/* The reason and fix of an entry whose IA opens but fails the self-test. */
+static void self_test_problem(struct entry *e, const struct info_selftest *t, const char *log)
+{
+	const char *major = "", *minor = "";
+	char line[400], err[400], fault[128] = "";
+
+	log_line(log, line, sizeof(line));
+	if (t->rc != DAT_SUCCESS) {
+		dat_strerror(t->rc, &major, &minor);
+		snprintf(err, sizeof(err), "%s%s%s%s%s%s", major, *minor ? " " : "", minor,
+			 t->what[0] ? " (" : "", t->what, t->what[0] ? ")" : "");
+	} else {
+		snprintf(err, sizeof(err), "%s", t->what);
+	}
+	problem(e, "dat_ia_open succeeds, but the self-test fails: %s: %s%s%s", t->call, err,
+		line[0] ? ": " : "", line);
+	/* a fault switch set on purpose explains it better than the provider */
+	for (int i = 0; i < DFI_P_COUNT; i++)
+		if (strncmp(dfi_params[i].name, "DAPL_OFI_FAULT_", 15) == 0 && dfi_param_set(i) &&
+		    strcmp(dfi_param_str(i), dfi_params[i].def) != 0) {
+			snprintf(fault, sizeof(fault), "%s=%s is set, a fault switch for tests: "
+				 "unset it; else ", dfi_params[i].name, dfi_param_str(i));
+			break;
+		}
+	remedy(e, "%slibfabric %s cannot carry a DAT connection here: use another provider "
+	       "that dapl-ofi serves (here: %s); to see each step, run with "
+	       "DAPL_OFI_LOG_LEVEL=debug (and -v), and report it with that output", fault,
+	       e->cfg.prov_name, providers);
+}
+
+/* dat_ia_open through the registry, as a DAT program does; on an IA that
+ * opens, the self-test (t; NULL: none), whose lines start at log + *t_log,
+ * then close.  A call that does not return in INFO_WATCHDOG_S ends the
+ * process (the watchdog, info_selftest.c). */
+static DAT_RETURN try_open(struct entry *e, struct info_selftest *t, char *log, size_t loglen,
+			   size_t *t_log)
 {
 	DAT_EVD_HANDLE async = DAT_HANDLE_NULL;
 	DAT_IA_HANDLE ia;
 	struct capture cap;
 	DAT_RETURN rc;
+	off_t at;
 
 	capture_begin(&cap);
+	info_watchdog_step("dat_ia_open");
+	info_watchdog_arm(e->f[0], cap.err >= 0 ? cap.err : 2);
 	rc = dat_ia_open(e->f[0], 8, &async, &ia);
 	if (rc == DAT_SUCCESS) {
 		if (verbose)
 			query(e, ia);
+		if (t) {
+			fflush(stdout);
+			at = cap.f ? lseek(fileno(cap.f), 0, SEEK_CUR) : 0;
+			*t_log = at > 0 ? (size_t)at : 0;
+			info_selftest_run(ia, t);
+		}
+		info_watchdog_step("dat_ia_close");
 		dat_ia_close(ia, DAT_CLOSE_ABRUPT_FLAG);
 	}
+	info_watchdog_disarm();
 	capture_end(&cap, log, loglen);
+	if (t && *t_log > strlen(log))
+		*t_log = strlen(log);
 	return rc;
 }
 
@@ -637,20 +715,34 @@ static void diagnose(struct entry *e, bool try, const struct entry *es, int n)
 	if (!try || e->state == S_IGNORED)
 		return;	/* the registry does not know it: no open can reach it */
 	{
-		DAT_RETURN rc = try_open(e, log, sizeof(log));
+		struct info_selftest st;
+		size_t st_log = 0;
+		DAT_RETURN rc = try_open(e, e->ours ? &st : NULL, log, sizeof(log), &st_log);
 		const char *major = "", *minor = "";
 
+		if (verbose && rc == DAT_SUCCESS && e->ours && !st.call[0])
+			detail(e, "    self-test   passed in %llu ms: an EP connected to another "
+			       "through %s port %llu, %zu bytes sent and received, disconnected, "
+			       "all freed\n", (unsigned long long)(st.took + 999) / 1000,
+			       st.addr_text, (unsigned long long)st.port, st.msg_len);
+		else if (verbose && rc == DAT_SUCCESS && e->ours)
+			detail(e, "    self-test   failed at %s, after %llu ms\n", st.call,
+			       (unsigned long long)(st.took + 999) / 1000);
 		for (char *l = log, *nl; verbose && *l; l = nl ? nl + 1 : l + strlen(l)) {
 			nl = strchr(l, '\n');
 			detail(e, "    %-12s%.*s\n", l == log ? "log" : "",
 			       nl ? (int)(nl - l) : (int)strlen(l), l);
 		}
-		if (rc == DAT_SUCCESS) {
+		if (rc == DAT_SUCCESS && (!e->ours || !st.call[0])) {
 			e->state = S_OPENS;
 			e->reason[0] = e->fix[0] = '\0';
 			return;
 		}
 		e->state = S_FAILS;
+		if (rc == DAT_SUCCESS) {
+			self_test_problem(e, &st, log + st_log);
+			return;
+		}
 		dat_strerror(rc, &major, &minor);
 		/* in the registry's order: its fields, the library, then ours */
 		if (!fields || !check_library(e) || e->reason[0])
@@ -1112,7 +1204,7 @@ static int write_candidates(FILE *f, const struct gen_opts *o)
 	}
 	gethostname(host, sizeof(host) - 1);
 	fprintf(f, "# dapl-ofi entries for %s, written by daplofi-info --generate: each "
-		"opened through the DAT registry (dat_ia_open) when written; names "
+		"opened through the DAT registry (dat_ia_open) and self-tested when written; names "
 		"ofi-<fabric>-<interface> (daplofi-info(1))\n", host);
 	for (int group = 0; group < 2; group++) {
 		bool head = false;
@@ -1312,11 +1404,18 @@ int main(int argc, char **argv)
 	if (crashed) {
 		char msg[512];
 
-		snprintf(msg, sizeof(msg), "killed by signal %d (%s) while the DAT registry read "
-			 "%s or opened its entries; so may be any DAT program that reads it.  What "
-			 "follows is found without the registry.%s", crashed, strsignal(crashed),
-			 conf && *conf ? conf : "/etc/dat.conf", registry_said[0] ?
-			 "  What it printed is at the end." : "");
+		if (crashed == SIGALRM)	/* the watchdog: its line on stderr names the call */
+			snprintf(msg, sizeof(msg), "stopped: a DAT call on an entry of %s did not "
+				 "return in %d s (stderr names it); a DAT program would hang there "
+				 "too.  What follows is found without the registry.%s",
+				 conf && *conf ? conf : "/etc/dat.conf", INFO_WATCHDOG_S,
+				 registry_said[0] ? "  What it printed is at the end." : "");
+		else
+			snprintf(msg, sizeof(msg), "killed by signal %d (%s) while the DAT "
+				 "registry read %s or opened its entries; so may be any DAT program "
+				 "that reads it.  What follows is found without the registry.%s",
+				 crashed, strsignal(crashed), conf && *conf ? conf : "/etc/dat.conf",
+				 registry_said[0] ? "  What it printed is at the end." : "");
 		printf("daplofi-info: ");
 		fold(14, 2, msg);
 		putchar('\n');

@@ -322,7 +322,14 @@ int dfi_cq_open(struct dfi_fabric *f, size_t size, struct dfi_cq **out)
 	c->fabric = f->fabric;
 	c->owner = f;
 	c->fd = -1;
-	if (f->lim.polled) {
+	if (dfi_param_int(DFI_P_FAULT_CQ_OPEN) == 1) {
+		static atomic_bool warned;
+
+		if (!atomic_exchange(&warned, true))
+			dfi_warn(DFI_SS_FABRIC, "DAPL_OFI_FAULT_CQ_OPEN=1: every completion queue "
+				 "fails to open (FI_ENOSYS)");
+		rc = -FI_ENOSYS;
+	} else if (f->lim.polled) {
 		attr.wait_obj = FI_WAIT_NONE;	/* polled: dfi_cq_fd is -1 */
 		rc = fi_cq_open(f->domain, &attr, &c->cq, NULL);
 	} else if (strcmp(wait, "pollfd") == 0) {

@@ -150,6 +150,13 @@ const struct dfi_param dfi_params[DFI_P_COUNT] = {
 		"messages in a stream it tears down: its send completes, its "
 		"peer never sees it (docs/rdm.md, \"Numbered messages\").  "
 		"-1: off." },
+	[DFI_P_FAULT_CQ_OPEN] = { "DAPL_OFI_FAULT_CQ_OPEN", DFI_PARAM_INT, "0",
+		"For tests: 1, every completion queue dapl-ofi opens fails with "
+		"FI_ENOSYS (Function not implemented), as fi_cq_open of "
+		"udp;ofi_rxd once did: the IA opens, and the first call that "
+		"needs its EVDs' queues (dat_ep_create, dat_ep_connect or "
+		"dat_cr_accept) fails, as daplofi-info's self-test reports.  "
+		"0: off." },
 };
 
 /*
