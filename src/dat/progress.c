@@ -489,12 +489,18 @@ static void pull_srqs(struct dfi_ia *ia)
 	int n = 0;
 
 	pthread_mutex_lock(&ia->lock);
+	if (!ia->n_srq) {
+		pthread_mutex_unlock(&ia->lock);
+		return;
+	}
+	ia->batch++;		/* the batch opens (batch_mark), srx[] inside it */
 	for (struct dfi_obj *o = ia->objs.next; o != &ia->objs && n < DFI_MAX_SRQS; o = o->next)
 		if (o->type == DFI_T_SRQ && ((struct dfi_srq *)o)->pulled)
 			srx[n++] = ((struct dfi_srq *)o)->srx;
 	pthread_mutex_unlock(&ia->lock);
 	for (int i = 0; i < n; i++)
 		dfi_srx_progress(srx[i]);
+	batch_mark(ia);		/* and closes */
 }
 
 /* epoll_wait until an event or the deadline `at` (ns, 0: none), with
@@ -697,11 +703,7 @@ static void *progress_main(void *arg)
 			poll_at = now + (more ? DFI_EVQ_POLL_MIN_NS :
 					 dfi_poll_sleep_ns(now - moved_at));
 			polled = true;
-			if (ia->n_srq) {
-				batch_mark(ia);
-				pull_srqs(ia);
-				batch_mark(ia);
-			}
+			pull_srqs(ia);
 		}
 		if (n <= 0)
 			continue;
