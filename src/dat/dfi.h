@@ -249,6 +249,11 @@ struct dfi_dto_pool {
 	_Atomic int reads_out;
 	_Atomic int fence_held;
 	atomic_bool fence_due;
+	/* on a fabric whose sends may overtake writes (writes_unordered):
+	 * RDMA writes posted and not read from the CQ yet, which a send
+	 * waits for as a fenced request waits for reads */
+	bool writes_ahead;
+	_Atomic int writes_out;
 	/* atomics' state, one per slot (allocated by the first, dto.c) */
 	struct dfi_atom *atom;
 	unsigned atom_seq;		/* emulated ones' ids (post_lock) */
@@ -620,7 +625,7 @@ DAT_RETURN dfi_ep_create_with_srq(DAT_IA_HANDLE, DAT_PZ_HANDLE, DAT_EVD_HANDLE, 
 DAT_DTO_COMPLETION_STATUS dfi_dto_status(int err);
 int dfi_evd_cq(struct dfi_evd *evd, struct dfi_cq **cq);
 void dfi_evd_cq_close(struct dfi_evd *evd);
-struct dfi_dto_pool *dfi_dto_pool_new(int n, bool ordered);
+struct dfi_dto_pool *dfi_dto_pool_new(int n, const struct dfi_fabric_limits *lim);
 
 /* post_lock held: d goes to libfabric now; it did not after all (the post
  * failed: no completion comes).  Its pool's next seq (dto.c). */

@@ -31,13 +31,14 @@
 
 /* ----------------------------------------------------------- descriptors */
 
-struct dfi_dto_pool *dfi_dto_pool_new(int n, bool ordered)
+struct dfi_dto_pool *dfi_dto_pool_new(int n, const struct dfi_fabric_limits *lim)
 {
 	struct dfi_dto_pool *p = dfi_arena_calloc(sizeof(*p) + (size_t)n * sizeof(p->d[0]));
 
 	if (!p)
 		return NULL;
-	if (ordered && n > 0) {
+	p->writes_ahead = lim->writes_unordered;
+	if (lim->unordered && n > 0) {
 		/* (its early array comes with the first completion out of
 		 * order: most RDM providers never make one) */
 		p->order = calloc(1, sizeof(*p->order) + (size_t)n * sizeof(p->order->slot[0]));
@@ -427,6 +428,8 @@ DFI_HOT static inline void fence_done(struct dfi_dto *d)
 
 	if (d->op == DAT_DTO_RDMA_READ)
 		atomic_fetch_sub_explicit(&p->reads_out, 1, memory_order_acq_rel);
+	else if (p->writes_ahead && d->op == DAT_DTO_RDMA_WRITE)
+		atomic_fetch_sub_explicit(&p->writes_out, 1, memory_order_acq_rel);
 	if (atomic_load_explicit(&p->fence_held, memory_order_acquire))
 		fence_kick(d);
 }
@@ -921,6 +924,17 @@ void dfi_ep_dto_orphan(struct dfi_ep *ep)
 
 enum post_kind { POST_SEND, POST_RECV, POST_WRITE, POST_READ, POST_WRITE_IMM, POST_SEND_INV };
 
+/* A request that puts a message in the peer's receive: on a fabric whose
+ * sends may overtake writes (writes_ahead), it waits for the EP's writes
+ * before it, so that a target that sees the message finds their data
+ * (DAT promises nothing here; IB's RC gives it, and DAT programs rely on
+ * it: docs/rdm.md, "Send after write").  A write with immediate data
+ * sends its notice at once after its write, and is not held: a gap. */
+static inline bool kind_sends(enum post_kind kind)
+{
+	return kind == POST_SEND || kind == POST_SEND_INV;
+}
+
 /*
  * DAT_COMPLETION_BARRIER_FENCE_FLAG: the request may not start before the
  * EP's earlier RDMA reads have completed (DAT 2.0: the barrier fence
@@ -940,6 +954,7 @@ struct dfi_held {
 	struct dfi_held *next;
 	enum post_kind kind;
 	bool fenced;
+	bool after_writes;		/* a send behind writes (writes_ahead) */
 	int idx;			/* its descriptor in the sendq */
 	int n;
 	uint64_t raddr;
@@ -992,7 +1007,15 @@ DFI_HOT static inline int post_kind(struct dfi_ep *ep, enum post_kind kind,
 	switch (kind) {
 	case POST_SEND: return dfi_post_send(ep->fep, sg, n, d);
 	case POST_RECV: return dfi_post_recv(ep->fep, sg, n, d);
-	case POST_WRITE: return dfi_post_write(ep->fep, sg, n, raddr, rkey, d);
+	case POST_WRITE:
+		if (!ep->sendq->writes_ahead)
+			return dfi_post_write(ep->fep, sg, n, raddr, rkey, d);
+		/* counted before the post, as a read is */
+		atomic_fetch_add_explicit(&ep->sendq->writes_out, 1, memory_order_acq_rel);
+		rc = dfi_post_write(ep->fep, sg, n, raddr, rkey, d);
+		if (rc)
+			atomic_fetch_sub_explicit(&ep->sendq->writes_out, 1, memory_order_acq_rel);
+		return rc;
 	case POST_WRITE_IMM: return post_write_imm(ep, sg, n, raddr, rkey, imm, d);
 	/* the RMR context to invalidate as remote CQ data (dfi_imm_invalidates) */
 	case POST_SEND_INV: return dfi_post_senddata(ep->fep, sg, n, imm, d);
@@ -1020,15 +1043,16 @@ static int post_to_fabric(struct dfi_ep *ep, enum post_kind kind, const struct d
 }
 
 /* post_lock held: hold a request behind the fence (or behind held ones). */
-static int fence_hold(struct dfi_ep *ep, enum post_kind kind, bool fenced, int idx,
-		      const struct dfi_sge *sg, int n, uint64_t raddr, uint32_t rkey, uint32_t imm)
+static int fence_hold(struct dfi_ep *ep, enum post_kind kind, bool fenced, bool after_writes,
+		      int idx, const struct dfi_sge *sg, int n, uint64_t raddr, uint32_t rkey,
+		      uint32_t imm)
 {
 	struct dfi_held *h = malloc(sizeof(*h));
 
 	if (!h)
 		return -ENOMEM;
-	*h = (struct dfi_held){ .kind = kind, .fenced = fenced, .idx = idx, .n = n,
-				.raddr = raddr, .rkey = rkey, .imm = imm };
+	*h = (struct dfi_held){ .kind = kind, .fenced = fenced, .after_writes = after_writes,
+				.idx = idx, .n = n, .raddr = raddr, .rkey = rkey, .imm = imm };
 	memcpy(h->sg, sg, (size_t)n * sizeof(*sg));
 	if (ep->held)
 		*ep->held_tail = h;
@@ -1052,6 +1076,9 @@ static void fence_release(struct dfi_ep *ep)
 
 		if (h->fenced &&
 		    atomic_load_explicit(&ep->sendq->reads_out, memory_order_acquire) > 0)
+			return;
+		if (h->after_writes &&
+		    atomic_load_explicit(&ep->sendq->writes_out, memory_order_acquire) > 0)
 			return;
 		rc = post_to_fabric(ep, h->kind, h->sg, h->n, h->raddr, h->rkey, h->imm,
 				    &ep->sendq->d[h->idx]);
@@ -1187,6 +1214,7 @@ POST_INLINE DAT_RETURN post_locked(struct dfi_ep *ep, DAT_COUNT nseg, DAT_LMR_TR
 	DAT_COUNT maxseg;
 	struct dfi_dto *d;
 	DAT_VLEN total;
+	bool after_writes;
 	int i, n, rc;
 
 	after->evd = kind == POST_RECV ? ep->recv_evd : ep->req_evd;	/* its completion's */
@@ -1280,12 +1308,16 @@ POST_INLINE DAT_RETURN post_locked(struct dfi_ep *ep, DAT_COUNT nseg, DAT_LMR_TR
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_STATE, DAT_INVALID_STATE_EP_UNCONNECTED),
 				  "EP %p is not connected", (void *)ep);
 	}
+	after_writes = pool->writes_ahead && kind_sends(kind) &&
+		       atomic_load_explicit(&pool->writes_out, memory_order_acquire) > 0;
 	if (kind != POST_RECV &&
-	    (ep->held || ((flags & DAT_COMPLETION_BARRIER_FENCE_FLAG) &&
-			  atomic_load_explicit(&pool->reads_out, memory_order_acquire) > 0))) {
+	    (ep->held || after_writes ||
+	     ((flags & DAT_COMPLETION_BARRIER_FENCE_FLAG) &&
+	      atomic_load_explicit(&pool->reads_out, memory_order_acquire) > 0))) {
 		bool fenced = flags & DAT_COMPLETION_BARRIER_FENCE_FLAG;
 
-		if (fence_hold(ep, kind, fenced, i, sg, n, remote ? remote->virtual_address : 0,
+		if (fence_hold(ep, kind, fenced, pool->writes_ahead && kind_sends(kind), i, sg, n,
+			       remote ? remote->virtual_address : 0,
 			       remote ? remote->rmr_context : 0, imm)) {
 			dto_put(pool, i);
 			return DFI_REJECT(DFI_ERR(DAT_INSUFFICIENT_RESOURCES,

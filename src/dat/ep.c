@@ -227,8 +227,8 @@ static DAT_RETURN ep_create(DAT_IA_HANDLE h, DAT_PZ_HANDLE pzh, DAT_EVD_HANDLE r
 		return DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_MEMORY);
 	}
 	pthread_mutex_init(&ep->post_lock, NULL);
-	ep->sendq = dfi_dto_pool_new(a.max_request_dtos, dfi_fabric_limits(ia->fab)->unordered);
-	ep->recvq = dfi_dto_pool_new(srq ? 0 : a.max_recv_dtos, dfi_fabric_limits(ia->fab)->unordered);
+	ep->sendq = dfi_dto_pool_new(a.max_request_dtos, dfi_fabric_limits(ia->fab));
+	ep->recvq = dfi_dto_pool_new(srq ? 0 : a.max_recv_dtos, dfi_fabric_limits(ia->fab));
 	rc = DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_MEMORY);
 	if (!ep->sendq || !ep->recvq)
 		goto undo;
@@ -289,8 +289,8 @@ struct dfi_ep *dfi_ep_new_tentative(struct dfi_ia *ia)
 		return NULL;
 	}
 	pthread_mutex_init(&ep->post_lock, NULL);
-	ep->sendq = dfi_dto_pool_new(a.max_request_dtos, dfi_fabric_limits(ia->fab)->unordered);
-	ep->recvq = dfi_dto_pool_new(a.max_recv_dtos, dfi_fabric_limits(ia->fab)->unordered);
+	ep->sendq = dfi_dto_pool_new(a.max_request_dtos, dfi_fabric_limits(ia->fab));
+	ep->recvq = dfi_dto_pool_new(a.max_recv_dtos, dfi_fabric_limits(ia->fab));
 	if (!ep->sendq || !ep->recvq) {
 		dfi_dto_pool_release(ia, ep->sendq);
 		dfi_dto_pool_release(ia, ep->recvq);
@@ -570,10 +570,10 @@ DAT_RETURN dfi_ep_modify(DAT_EP_HANDLE h, DAT_EP_PARAM_MASK mask, const DAT_EP_P
 		return DAT_GET_SUBTYPE(rc) == DAT_INVALID_ARG6 ?
 		       DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3) : rc;
 	if (a.max_request_dtos != ep->attr.max_request_dtos &&
-	    !(sendq = dfi_dto_pool_new(a.max_request_dtos, dfi_fabric_limits(ia->fab)->unordered)))
+	    !(sendq = dfi_dto_pool_new(a.max_request_dtos, dfi_fabric_limits(ia->fab))))
 		return DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_MEMORY);
 	if (a.max_recv_dtos != ep->attr.max_recv_dtos &&
-	    !(recvq = dfi_dto_pool_new(a.max_recv_dtos, dfi_fabric_limits(ia->fab)->unordered))) {
+	    !(recvq = dfi_dto_pool_new(a.max_recv_dtos, dfi_fabric_limits(ia->fab)))) {
 		dfi_dto_pool_release(ia, sendq);
 		return DFI_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_MEMORY);
 	}

@@ -55,6 +55,11 @@ struct dfi_fabric_limits {
 	 * 48 it matches (net keeps bit 63 for itself); msgno_mask 0: no room */
 	bool numbered;
 	uint16_t msgno_mask;
+	/* a send may overtake an RDMA write posted before it on the same
+	 * endpoint (no FI_ORDER_SAW: efa, cxi, opx, psm3): the DAT layer holds
+	 * such a send until the writes have completed, and writes ask for
+	 * FI_DELIVERY_COMPLETE, so that their data has landed (dto.c) */
+	bool writes_unordered;
 	/* its CM reports a peer's connection events across connections in
 	 * the order the peer caused them (the RDM backend's rcm: docs/rdm.md,
 	 * "Order across connections"); libfabric's CM does not */

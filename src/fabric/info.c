@@ -281,6 +281,11 @@ void dfi_fabric_fill_limits(const struct fi_info *i, bool atomics, struct dfi_fa
 	 * none.  shm loses no message underneath, so its connections are not
 	 * numbered; an SRQ's still are (rdm/srx.c). */
 	l->numbered = l->msgno_mask && strcmp(l->prov_name, "shm") != 0;
+	/* shm answers SAS alone when asked for it, but writes a peer's memory
+	 * inside the post itself (smr_rma_fast, process_vm_writev): a send
+	 * posted after cannot overtake */
+	l->writes_unordered = l->rdm && !(i->tx_attr->msg_order & FI_ORDER_SAW) &&
+			      strcmp(l->prov_name, "shm") != 0;
 	snprintf(l->fabric_name, sizeof(l->fabric_name), "%s", i->fabric_attr->name);
 	snprintf(l->domain_name, sizeof(l->domain_name), "%s", i->domain_attr->name);
 }

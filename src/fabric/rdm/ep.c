@@ -764,6 +764,7 @@ static int rdm_fep_open(struct dfi_fabric *f, struct dfi_eq *eq, void *p,
 	e->base.be = &dfi_rdm_backend;
 	e->rf = rf;
 	e->acked = f->lim.acked;
+	e->delivered = f->lim.writes_unordered;
 	e->ctx = ctx;
 	e->peer = FI_ADDR_UNSPEC;
 	e->seq_mask = f->lim.msgno_mask;

@@ -145,6 +145,9 @@ static int rma(struct rdm_fep *e, const struct dfi_sge *sg, int n, uint64_t radd
 	/* net 1.17's fi_write asks for no acknowledgement, whatever the
 	 * endpoint's flags: an acknowledged fabric's writes ask themselves
 	 * (info.c, acked_prov) */
+	if (write && e->delivered)	/* a send held behind it goes at its end */
+		RETRY(e, dfi_rma_msg(e->ep, sg, n, e->peer, raddr, rkey, ctx, write,
+				     FI_DELIVERY_COMPLETE));
 	if (write && e->acked)
 		RETRY(e, dfi_rma_msg(e->ep, sg, n, e->peer, raddr, rkey, ctx, write,
 				     FI_TRANSMIT_COMPLETE));

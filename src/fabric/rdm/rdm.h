@@ -184,6 +184,7 @@ struct rdm_fep {
 	uint64_t stag;			/* the peer's tag: what this one sends with */
 	uint64_t rtag;			/* its own: what its receives match */
 	bool acked;			/* the fabric's limits' acked (post.c) */
+	bool delivered;			/* writes complete once landed (post.c) */
 
 	struct rdm_fabric *rf;
 	struct rdm_ep *rep;
