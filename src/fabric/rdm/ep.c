@@ -523,11 +523,23 @@ int rdm_path_up(struct rdm_fep *e, const struct dfi_rcm_end *remote)
  * endpoint's, odd, so that cq.c hands its completion to rdm_own_done,
  * which drops it, and a hello that never came can be cancelled at the
  * close.  0 or libfabric's error. */
+#define RDM_HELLO_POST_MS	100
+
 int rdm_hello_recv(struct rdm_fep *e)
 {
-	int rc = (int)fi_trecv(e->srx ? e->srx->ep : e->ep, NULL, 0, NULL, FI_ADDR_UNSPEC,
-			       RDM_TAG_HELLO(e->id, e->gen), 0, RDM_HELLO_CTX(e));
+	struct fid_ep *ep = e->srx ? e->srx->ep : e->ep;
+	struct fid_cq *cq = e->srx ? e->srx->cq : e->rep->rxcq->cq;
+	uint64_t t0 = rdm_now_ms();
+	int rc;
 
+	/* EAGAIN: the provider's transient state (efa's full queues), as for
+	 * a connection's posts (post.c): its progress, and again, bounded */
+	while ((rc = (int)fi_trecv(ep, NULL, 0, NULL, FI_ADDR_UNSPEC, RDM_TAG_HELLO(e->id, e->gen),
+				   0, RDM_HELLO_CTX(e))) == -FI_EAGAIN &&
+	       rdm_now_ms() - t0 < RDM_HELLO_POST_MS) {
+		(void)fi_cq_read(cq, NULL, 0);
+		sched_yield();
+	}
 	e->hello_posted = rc == 0;
 	return rc;
 }
