@@ -84,7 +84,7 @@ all: lib tools examples $(FIRAW) $(PAGEWALK) $(DATCONF) $(B)/dapl-ofi.pc
 
 lib: $(LIB)
 tools: $(TOOLS)
-tests: $(UNIT_BINS) $(INTEG_BINS) $(FAULTPEER) $(SOAK)
+tests: $(UNIT_BINS) $(INTEG_BINS) $(FAULTPEER) $(SOAK) fabsim-tests
 
 $(B)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -198,6 +198,8 @@ $(DATCONF): Makefile | $(LIB)
 	  echo "ofi-rxm-lo u2.0 nonthreadsafe default $(abspath $(LIB)) dapl.2.0 \"tcp;ofi_rxm lo\" \"\""; \
 	  echo "ofi-shm u2.0 nonthreadsafe default $(abspath $(LIB)) dapl.2.0 \"shm lo\" \"\""; \
 	  echo "ofi-rxd-lo u2.0 nonthreadsafe default $(abspath $(LIB)) dapl.2.0 \"udp;ofi_rxd lo\" \"\""; \
+	  echo "# simulated hardware providers: with FI_PROVIDER_PATH=$(abspath $(B))/fabsim (fabsim/)"; \
+	  echo "ofi-sim-efa u2.0 nonthreadsafe default $(abspath $(LIB)) dapl.2.0 \"sim_efa lo\" \"\""; \
 	  echo "# deliberately broken entries, used by the tests"; \
 	  echo "ofi-bad-params u2.0 nonthreadsafe default $(abspath $(LIB)) dapl.2.0 \"tcp\" \"\""; \
 	  echo "ofi-bad-prov u2.0 nonthreadsafe default $(abspath $(LIB)) dapl.2.0 \"nosuchprov lo\" \"\""; \
@@ -375,5 +377,8 @@ help:
 	@echo "make dist       the source tarball build/dapl-ofi-$(VERSION).tar.gz"
 	@echo "make rpm        RPM packages dapl-ofi, dapl-ofi-devel, dapl-ofi-utils in build/rpm/"
 	@echo "make clean"
+
+# the simulated hardware providers (fabsim/README.md) and their rule tests
+include fabsim/fabsim.mk
 
 -include $(shell find $(B)/obj -name '*.d' 2>/dev/null)

@@ -367,6 +367,20 @@ dtestsrq-srq-c8 dtestx-query dtestx-p dtestx-m dtestx-b4096"
 dtestsrq-nosrq dtestx dtestx-u dtestx-U4m $more" \
 		run stock_clients-rxd 600 tests/stock/clients.sh
 fi
+# The simulated hardware providers (fabsim/: libfabric DL providers over
+# udp;ofi_rxd that advertise a real provider's attributes and enforce
+# them): each rule's own test, caught with the rule on and missed with it
+# off (tests/fabsim/run.sh, about 7 s); then dapl-ofi over the simulated
+# efa where it once broke: a send overtaking the writes before it, and an
+# accept that took efa's EAGAIN for a failure (docs/rdm.md).
+if [ "$scope" = all ] && [ "$variant" = plain ] && [ -x tests/fabsim/run.sh ]; then
+	B=$B run fabsim_rules 120 tests/fabsim/run.sh
+	for t in test_rdma_write_then_send_ordering test_barrier_fence_without_reads \
+		test_cm_connect_300_in_turn test_cm_consumers_drive_eq; do
+		FI_PROVIDER_PATH=$PWD/$B/fabsim CONN_TEST_IA=ofi-sim-efa run \
+			"test_api_conn-sim-efa-${t#test_}" 120 "$B/tests/test_api_conn" "$t"
+	done
+fi
 # Completion queues with poll fds (DAPL_OFI_CQ_WAIT=pollfd, fabric/cq.c):
 # their fd is dapl-ofi's mirror of the provider's list, and every waiter,
 # the progress thread and each connect and close keep it right.  The

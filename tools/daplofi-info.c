@@ -459,6 +459,12 @@ static bool check_params(struct entry *e)
 	e->have_lim = r == 0;
 	if (!ok || r == 0)
 		return ok;
+	if (r == -ENOENT && strncmp(c->prov_name, "sim_", 4) == 0) {
+		problem(e, "libfabric has no provider '%s'", c->prov_name);
+		remedy(e, "it is one of dapl-ofi's simulated hardware providers (fabsim/): set "
+		       "FI_PROVIDER_PATH to the build tree's fabsim directory");
+		return false;
+	}
 	if (r == -ENOENT) {
 		problem(e, "libfabric has no provider '%s'", c->prov_name);
 		remedy(e, "use one that dapl-ofi serves here: %s (fi_info -l lists every "

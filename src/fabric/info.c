@@ -214,8 +214,12 @@ int dfi_fabric_getinfo(const char *prov, const struct sockaddr_in *addr, const c
 	if (rc == 0)
 		return 0;
 	if (rc == -FI_ENODATA && !provider_exists(prov)) {
+		/* dapl-ofi's simulated hardware providers (fabsim/) load from
+		 * the build tree only */
 		snprintf(err, errlen, "libfabric has no provider '%s' (fi_info -l "
-			 "lists them): fi_getinfo: %s", prov, fi_strerror(-rc));
+			 "lists them%s): fi_getinfo: %s", prov,
+			 strncmp(prov, "sim_", 4) == 0 ? "; the simulated ones load with "
+			 "FI_PROVIDER_PATH=<build dir>/fabsim" : "", fi_strerror(-rc));
 		return -ENOENT;
 	}
 	snprintf(err, errlen, "libfabric provider '%s' offers %s on %s%s%s: fi_getinfo: %s",

@@ -1,0 +1,46 @@
+#!/bin/sh
+# fabsim rule tests: the whole program must pass with every rule on; then
+# each rule's own test must FAIL with that rule switched off (FABSIM_OFF),
+# or the test does not detect what it claims to.  TAP output.
+#   B=build tests/fabsim/run.sh
+B=${B:-build}
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+PROG=$ROOT/$B/tests/fabsim_rules
+export FI_PROVIDER_PATH=$ROOT/$B/fabsim
+TMO=${FABSIM_TEST_TIMEOUT:-120}
+RULES="wait mr_local inject msg_size cq_data comp_order saw eagain manual ctx"
+
+if [ ! -x "$PROG" ] || [ ! -f "$FI_PROVIDER_PATH/libsim_efa-fi.so" ]; then
+	echo "Bail out! build first: make -f fabsim/fabsim.mk B=$B fabsim-tests"
+	exit 1
+fi
+unset FABSIM_OFF FABSIM_ON FABSIM_CQ_DATA_SIZE FABSIM_MAX_MSG_SIZE
+n=0; fail=0
+echo "1..11"
+
+n=$((n + 1))
+if timeout "$TMO" "$PROG" >"$ROOT/$B/tests/fabsim_rules.log" 2>&1; then
+	echo "ok $n - all rule tests pass with every rule on"
+else
+	echo "not ok $n - rule tests with every rule on (see $B/tests/fabsim_rules.log)"
+	fail=$((fail + 1))
+fi
+
+for r in $RULES; do
+	n=$((n + 1))
+	log=$ROOT/$B/tests/fabsim_off_$r.log
+	if ! timeout "$TMO" "$PROG" "test_$r" >"$log.on" 2>&1; then
+		echo "not ok $n - rule $r: its test fails with the rule on"
+		fail=$((fail + 1))
+		continue
+	fi
+	FABSIM_OFF=$r timeout "$TMO" "$PROG" "test_$r" >"$log" 2>&1
+	rc=$?
+	if [ $rc -eq 1 ] && grep -q "FAILED  ] test_$r" "$log"; then
+		echo "ok $n - rule $r: caught with the rule on, missed with it off"
+	else
+		echo "not ok $n - rule $r: its test passes (rc $rc) with the rule off"
+		fail=$((fail + 1))
+	fi
+done
+[ $fail -eq 0 ]
