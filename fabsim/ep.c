@@ -453,8 +453,13 @@ void fabsim_ep_progress(struct fabsim_ep *ep)
 		if (wr->progress < FABSIM_SAW_PROGRESS ||
 		    now - wr->t_post < FABSIM_SAW_USEC)
 			break;
-		if (wr_issue(ep, wr) == -FI_EAGAIN)
+		ssize_t rc = wr_issue(ep, wr);
+
+		if (rc == -FI_EAGAIN)
 			break;
+		if (rc)
+			FABSIM_WARN(FI_LOG_EP_DATA, "saw: a delayed write failed: %s\n",
+				    fi_strerror((int)-rc));
 		ep->wr_head = wr->next;
 		if (!ep->wr_head)
 			ep->wr_tail = NULL;
