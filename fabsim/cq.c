@@ -55,8 +55,10 @@ void fabsim_cq_progress(struct fabsim_cq *cq)
 	size_t total = 0;
 	ssize_t n, i;
 
+	/* efa progresses every endpoint bound to the CQ read, either way
+	 * (util_cq's ep_list, rxr_ep_progress) */
 	for (ep = cq->dom->eps; ep; ep = ep->next)
-		if (ep->tx_cq == cq)
+		if (ep->tx_cq == cq || ep->rx_cq == cq)
 			fabsim_ep_progress(ep);
 
 	while (total < PULL_MAX) {

@@ -14,7 +14,9 @@ if [ ! -x "$PROG" ] || [ ! -f "$FI_PROVIDER_PATH/libsim_efa-fi.so" ]; then
 	echo "Bail out! build first: make -f fabsim/fabsim.mk B=$B fabsim-tests"
 	exit 1
 fi
-unset FABSIM_OFF FABSIM_ON FABSIM_CQ_DATA_SIZE FABSIM_MAX_MSG_SIZE
+# (cmocka's own output, which the checks below read: tests/run.sh asks
+# for TAP)
+unset FABSIM_OFF FABSIM_ON FABSIM_CQ_DATA_SIZE FABSIM_MAX_MSG_SIZE CMOCKA_MESSAGE_OUTPUT
 n=0; fail=0
 echo "1..11"
 
@@ -38,8 +40,12 @@ for r in $RULES; do
 	rc=$?
 	if [ $rc -eq 1 ] && grep -q "FAILED  ] test_$r" "$log"; then
 		echo "ok $n - rule $r: caught with the rule on, missed with it off"
+	elif [ $rc -eq 0 ]; then
+		echo "not ok $n - rule $r: its test passes with the rule off"
+		fail=$((fail + 1))
 	else
-		echo "not ok $n - rule $r: its test passes (rc $rc) with the rule off"
+		echo "not ok $n - rule $r: with the rule off its test ended with status $rc," \
+		     "not its own failure (see $log)"
 		fail=$((fail + 1))
 	fi
 done
