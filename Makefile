@@ -163,7 +163,8 @@ $(B)/obj/src/event/evd_core.o $(B)/obj/src/event/cno_core.o: EXTRA_CFLAGS = -fex
 FUZZ_SRCS := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_LINK  = $(CC) -fsanitize=fuzzer -o $@ $^ $(ALL_LDFLAGS) -rdynamic
 $(B)/obj/tests/fuzz/%.o: EXTRA_CFLAGS = -Wno-missing-prototypes
-$(B)/fuzz/fuzz_params: $(call obj,tests/fuzz/fuzz_params.c src/util/param.c src/util/ia_params.c)
+$(B)/fuzz/fuzz_params: $(call obj,tests/fuzz/fuzz_params.c tools/info_selftest.c src/util/param.c \
+			     src/util/ia_params.c)
 	@mkdir -p $(dir $@)
 	$(FUZZ_LINK) -ldat2 -ldl
 $(B)/fuzz/fuzz_rdm_wire: $(call obj,tests/fuzz/fuzz_rdm_wire.c src/fabric/rdm/wire.c)
