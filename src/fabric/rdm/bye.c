@@ -85,12 +85,8 @@ void rdm_bye_send(struct rdm_fep *e)
 	for (;;) {
 		rc = fi_inject_write(e->ep, &v, sizeof(v), e->peer, e->peer_bye_addr,
 				     e->peer_bye_key);
-		if (rc != -FI_EAGAIN)
+		if (rc != -FI_EAGAIN || !rdm_eagain_retry(e->rep->txcq->cq, t0, RDM_BYE_SEND_MS))
 			break;
-		if (rdm_now_ms() - t0 > RDM_BYE_SEND_MS)
-			break;
-		(void)fi_cq_read(e->rep->txcq->cq, NULL, 0);
-		sched_yield();
 	}
 	if (rc)
 		dfi_info(DFI_SS_FABRIC, "connection %u: its goodbye not written: %s", e->id,

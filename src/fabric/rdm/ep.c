@@ -532,14 +532,10 @@ int rdm_hello_recv(struct rdm_fep *e)
 	uint64_t t0 = rdm_now_ms();
 	int rc;
 
-	/* EAGAIN: the provider's transient state (efa's full queues), as for
-	 * a connection's posts (post.c): its progress, and again, bounded */
 	while ((rc = (int)fi_trecv(ep, NULL, 0, NULL, FI_ADDR_UNSPEC, RDM_TAG_HELLO(e->id, e->gen),
 				   0, RDM_HELLO_CTX(e))) == -FI_EAGAIN &&
-	       rdm_now_ms() - t0 < RDM_HELLO_POST_MS) {
-		(void)fi_cq_read(cq, NULL, 0);
-		sched_yield();
-	}
+	       rdm_eagain_retry(cq, t0, RDM_HELLO_POST_MS))
+		;
 	e->hello_posted = rc == 0;
 	return rc;
 }

@@ -13,6 +13,7 @@
 #include "rcm.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <time.h>
 
@@ -53,6 +54,19 @@ static inline uint64_t rdm_now_ms(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* A post of the backend's own that the provider answered EAGAIN (its
+ * transient state: full queues, a connection underneath): drive its
+ * progress on cq and say whether to post again, for at most ms since t0
+ * (rdm_now_ms).  A connection's posts have theirs in post.c. */
+static inline bool rdm_eagain_retry(struct fid_cq *cq, uint64_t t0, uint64_t ms)
+{
+	if (rdm_now_ms() - t0 > ms)
+		return false;
+	(void)fi_cq_read(cq, NULL, 0);
+	sched_yield();
+	return true;
 }
 
 /* A CQ whose EVD is gone, kept open while an endpoint bound to it lives

@@ -61,14 +61,8 @@ static int srx_post(struct rdm_srx *x, struct rdm_srx_rec *r)
 			       RDM_TAG_SRQ_IGNORE, r);
 		if (rc == -FI_ENOMEM)
 			rc = -FI_EAGAIN;	/* shm's word for a full queue */
-		if (rc != -FI_EAGAIN)
+		if (rc != -FI_EAGAIN || !rdm_eagain_retry(x->cq, t0, SRX_POST_MS))
 			break;
-		/* the provider's transient state, as for a connection's posts
-		 * (post.c): its progress, and again, for a bounded time */
-		if (rdm_now_ms() - t0 > SRX_POST_MS)
-			break;
-		(void)fi_cq_read(x->cq, NULL, 0);
-		sched_yield();
 	}
 	return dfi_post_rc(rc);
 }
