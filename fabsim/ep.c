@@ -182,8 +182,11 @@ static ssize_t tx_post(struct fabsim_ep *ep, const struct iovec *iov,
 	if (ret)
 		goto out;
 	xlate_desc(desc, count, cdesc);
-	if ((flags & FI_INJECT) && len > ep->core_inject_size) {
-		/* efa's inject is larger than the core's: copy, send, swallow */
+	if ((flags & FI_INJECT) &&
+	    (len > ep->core_inject_size || !(flags & FI_COMPLETION))) {
+		/* efa's inject is larger than the core's, and an inject makes
+		 * no completion, where the core's msg form with FI_INJECT
+		 * does: copy, send, swallow */
 		b = bounce_new(ep->dom, iov, count,
 			       (flags & FI_COMPLETION) ? context : NULL);
 		if (!b) {
@@ -504,7 +507,8 @@ static ssize_t rma_post(struct fabsim_ep *ep, const struct fi_msg_rma *msg,
 		goto err;
 	xlate_desc(msg->desc, msg->iov_count, wr->desc);
 	delay = write && fabsim_rule_on(&ep->dom->cfg, FABSIM_RULE_SAW);
-	if ((flags & FI_INJECT) && (delay || len > ep->core_inject_size)) {
+	if ((flags & FI_INJECT) &&
+	    (delay || len > ep->core_inject_size || !(flags & FI_COMPLETION))) {
 		wr->bounce = bounce_new(ep->dom, msg->msg_iov, msg->iov_count,
 					(flags & FI_COMPLETION) ? msg->context : NULL);
 		if (!wr->bounce) {
