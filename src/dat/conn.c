@@ -451,7 +451,7 @@ static int ep_post_early(struct dfi_ep *ep, struct dfi_fep *fep)
 		struct dfi_dto *d = &ep->recvq->d[e->idx];
 
 		dfi_dto_order_take(d);
-		rc = dfi_post_recv(fep, e->sg, e->nsg, d);
+		rc = dfi_post_recv(fep, e->sg, e->nsg, dfi_dto_fctx(d));
 		if (rc) {
 			dfi_dto_order_untake(d);
 			dfi_err(DFI_SS_EP, "EP %p: posting an early receive: %s", (void *)ep,
@@ -476,7 +476,7 @@ static void recvs_cancel(struct dfi_ep *ep, struct dfi_fep *fep)
 {
 	if (!ep->srq)
 		for (int i = 0; i < ep->recvq->n; i++)
-			dfi_fep_cancel(fep, &ep->recvq->d[i]);
+			dfi_fep_cancel(fep, dfi_dto_fctx(&ep->recvq->d[i]));
 }
 
 /* A UD EP's datagram endpoint, opened at its first address resolution

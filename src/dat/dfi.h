@@ -258,10 +258,24 @@ struct dfi_dto_pool {
 	struct dfi_atom *atom;
 	unsigned atom_seq;		/* emulated ones' ids (post_lock) */
 	struct dfi_dto_order *order;	/* NULL: the fabric completes in order */
+	/* where the provider writes in contexts (lim.op_ctx): two per slot,
+	 * [2i] what d[i]'s posts hand libfabric, [2i + 1] a write with
+	 * immediate data's write, which completes unreported (dto.c) */
+	struct dfi_opctx *octx;
 	struct dfi_dto_pool *next_zombie;
 	/* in the same allocation as the counts: a completion touches both */
 	struct dfi_dto d[];
 };
+
+/* The context d's posts and cancels hand the fabric (fabric.h). */
+static inline void *dfi_dto_fctx(struct dfi_dto *d)
+{
+	struct dfi_dto_pool *p = d->pool;
+
+	if (__builtin_expect(!p->octx, 1))
+		return d;
+	return &p->octx[2 * (d - p->d)];
+}
 
 /* A receive posted to an SRQ: the context the libfabric completion hands
  * back on the private receive CQ of the EP that consumed it (srq.c). */
@@ -275,6 +289,9 @@ struct dfi_srq_dto {
 	bool imm;			/* an RDMA write with immediate data took it */
 	uint64_t data;			/* then: its remote CQ data (dfi_imm_*) */
 	struct dfi_srq_dto *next;	/* free list, or the recv EVD's staged list */
+	/* what its post hands the fabric where the provider writes in
+	 * contexts (lim.op_ctx; NULL: itself) */
+	struct dfi_opctx *octx;
 };
 
 /* A shared receive queue: a libfabric shared receive context plus the

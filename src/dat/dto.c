@@ -47,10 +47,20 @@ struct dfi_dto_pool *dfi_dto_pool_new(int n, const struct dfi_fabric_limits *lim
 			return NULL;
 		}
 	}
+	if (lim->op_ctx && n > 0) {
+		p->octx = calloc(2 * (size_t)n, sizeof(*p->octx));
+		if (!p->octx) {
+			free(p->order);
+			dfi_arena_free(p);
+			return NULL;
+		}
+	}
 	p->n = n;
 	for (int i = 0; i < n; i++) {
 		p->d[i].pool = p;
 		p->d[i].next = i + 1 < n ? i + 1 : -1;
+		if (p->octx)
+			p->octx[2 * i].ctx = &p->d[i];	/* [2i + 1]: NULL */
 	}
 	p->free_head = n ? 0 : -1;
 	atomic_init(&p->returned, -1);
@@ -63,6 +73,7 @@ static void pool_free(struct dfi_dto_pool *p)
 		free(p->order->early);
 	free(p->order);
 	free(p->atom);
+	free(p->octx);
 	dfi_arena_free(p);
 }
 
@@ -978,14 +989,17 @@ static int post_write_imm(struct dfi_ep *ep, const struct dfi_sge *sg, int n, ui
 			  uint32_t rkey, uint32_t imm, struct dfi_dto *d)
 {
 	uint64_t data = dfi_imm_write((uint32_t)d->len, imm);
-	int rc = dfi_post_write(ep->fep, sg, n, raddr, rkey, NULL);
+	struct dfi_dto_pool *p = d->pool;
+	/* the write's completion, its context NULL, is skipped */
+	void *wctx = p->octx ? &p->octx[2 * (d - p->d) + 1] : NULL;
+	int rc = dfi_post_write(ep->fep, sg, n, raddr, rkey, wctx);
 
 	if (rc)
 		return rc;
 	/* the write is out: the notice must follow it (its slot is reserved:
 	 * the endpoint's transmit queue is twice the EP's requests, conn.c) */
 	for (int k = 0; k < 1000; k++) {
-		rc = dfi_post_senddata(ep->fep, NULL, 0, data, d);
+		rc = dfi_post_senddata(ep->fep, NULL, 0, data, dfi_dto_fctx(d));
 		if (rc != -EAGAIN)
 			break;
 		sched_yield();
@@ -1002,27 +1016,28 @@ DFI_HOT static inline int post_kind(struct dfi_ep *ep, enum post_kind kind,
 				    const struct dfi_sge *sg, int n, uint64_t raddr, uint32_t rkey,
 				    uint32_t imm, struct dfi_dto *d)
 {
+	void *ctx = dfi_dto_fctx(d);
 	int rc;
 
 	switch (kind) {
-	case POST_SEND: return dfi_post_send(ep->fep, sg, n, d);
-	case POST_RECV: return dfi_post_recv(ep->fep, sg, n, d);
+	case POST_SEND: return dfi_post_send(ep->fep, sg, n, ctx);
+	case POST_RECV: return dfi_post_recv(ep->fep, sg, n, ctx);
 	case POST_WRITE:
 		if (!ep->sendq->writes_ahead)
-			return dfi_post_write(ep->fep, sg, n, raddr, rkey, d);
+			return dfi_post_write(ep->fep, sg, n, raddr, rkey, ctx);
 		/* counted before the post, as a read is */
 		atomic_fetch_add_explicit(&ep->sendq->writes_out, 1, memory_order_acq_rel);
-		rc = dfi_post_write(ep->fep, sg, n, raddr, rkey, d);
+		rc = dfi_post_write(ep->fep, sg, n, raddr, rkey, ctx);
 		if (rc)
 			atomic_fetch_sub_explicit(&ep->sendq->writes_out, 1, memory_order_acq_rel);
 		return rc;
 	case POST_WRITE_IMM: return post_write_imm(ep, sg, n, raddr, rkey, imm, d);
 	/* the RMR context to invalidate as remote CQ data (dfi_imm_invalidates) */
-	case POST_SEND_INV: return dfi_post_senddata(ep->fep, sg, n, imm, d);
+	case POST_SEND_INV: return dfi_post_senddata(ep->fep, sg, n, imm, ctx);
 	default:
 		/* counted before the post: its completion may be read first */
 		atomic_fetch_add_explicit(&ep->sendq->reads_out, 1, memory_order_acq_rel);
-		rc = dfi_post_read(ep->fep, sg, n, raddr, rkey, d);
+		rc = dfi_post_read(ep->fep, sg, n, raddr, rkey, ctx);
 		if (rc)
 			atomic_fetch_sub_explicit(&ep->sendq->reads_out, 1, memory_order_acq_rel);
 		return rc;
@@ -1539,7 +1554,7 @@ DAT_RETURN dfi_ep_post_atomic(DAT_EP_HANDLE h, bool cswap, DAT_UINT64 compare, D
 		err = dfi_post_atomic(ep->fep, cswap ? DFI_ATOMIC_CSWAP : DFI_ATOMIC_FADD,
 				      &pool->atom[i].operand, &pool->atom[i].compare,
 				      (uint64_t *)(uintptr_t)l->virtual_address, NULL,
-				      r->virtual_address, r->rmr_context, d);
+				      r->virtual_address, r->rmr_context, dfi_dto_fctx(d));
 		if (err)
 			dfi_dto_order_untake(d);
 	}
@@ -1629,7 +1644,7 @@ DAT_RETURN dfi_ep_post_send_ud(DAT_EP_HANDLE h, DAT_COUNT nseg, DAT_LMR_TRIPLET 
 	}
 	d = &pool->d[i];
 	dfi_dto_order_take(d);
-	err = dfi_post_send_ud(ep->fep, fah, sg, n, d);
+	err = dfi_post_send_ud(ep->fep, fah, sg, n, dfi_dto_fctx(d));
 	if (err) {
 		dfi_dto_order_untake(d);
 		dto_put(pool, i);

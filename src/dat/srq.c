@@ -74,16 +74,25 @@ void dfi_post_async(struct dfi_ia *ia, DAT_EVENT_NUMBER num, DAT_HANDLE h, DAT_C
 static int srq_grow(struct dfi_srq *srq, int want)
 {
 	struct dfi_srq_chunk *c;
+	struct dfi_opctx *octx = NULL;
 	int n = want - srq->nalloc;
 
 	if (n <= 0)
 		return 0;
-	c = calloc(1, sizeof(*c) + (size_t)n * sizeof(c->d[0]));
+	/* the provider's context words after the descriptors (fabric.h) */
+	c = calloc(1, sizeof(*c) + (size_t)n * sizeof(c->d[0]) +
+		   (dfi_fabric_limits(srq->hdr.ia->fab)->op_ctx ? (size_t)n * sizeof(*octx) : 0));
 	if (!c)
 		return -ENOMEM;
+	if (dfi_fabric_limits(srq->hdr.ia->fab)->op_ctx)
+		octx = (struct dfi_opctx *)&c->d[n];
 	c->n = n;
 	for (int i = 0; i < n; i++) {
 		c->d[i].srq = srq;
+		if (octx) {
+			c->d[i].octx = &octx[i];
+			octx[i].ctx = &c->d[i];
+		}
 		c->d[i].next = srq->free;
 		srq->free = &c->d[i];
 	}
@@ -275,7 +284,7 @@ DAT_RETURN dfi_srq_post_recv(DAT_SRQ_HANDLE h, DAT_COUNT nseg, DAT_LMR_TRIPLET *
 	d->ep = NULL;
 	d->len = 0;
 	d->err = 0;
-	rc = dfi_srx_post_recv(srq->srx, sg, n, d);
+	rc = dfi_srx_post_recv(srq->srx, sg, n, d->octx ? (void *)d->octx : d);
 	pthread_mutex_lock(&srq->lock);
 	if (rc) {
 		srq->posted--;

@@ -416,6 +416,7 @@ DFI_HOT int dfi_cq_read(struct dfi_cq *c, struct dfi_comp *out, int n)
 			r = fi_cq_readerr(c->cq, &err, 0);
 			if (r < 0)
 				return got ? got : (int)r;
+			err.op_context = dfi_opctx_of(c->owner, err.op_context);
 			if (dfi_cq_own_ctx(err.op_context)) {
 				own_done(c, err.op_context, err.err, err.len);
 				continue;	/* a receive of the backend's */
@@ -435,6 +436,7 @@ DFI_HOT int dfi_cq_read(struct dfi_cq *c, struct dfi_comp *out, int n)
 			uint64_t flags;
 
 			memcpy(&flags, &o->err, sizeof(flags));
+			o->ctx = dfi_opctx_of(c->owner, o->ctx);
 			o->err = 0;
 			o->imm = (flags & FI_REMOTE_CQ_DATA) != 0;
 			/* a remote write with CQ data and no context is the

@@ -65,8 +65,9 @@ int dfi_fabric_open(const char *prov, const struct sockaddr_in *addr, const char
 			goto err_domain;
 	}
 	dfi_info(DFI_SS_FABRIC, "opened %s fabric %s domain %s, %s backend: iov %zu, "
-		 "queues %zu/%zu", f->lim.prov_name, f->lim.fabric_name, f->lim.domain_name,
-		 f->be->name, f->lim.iov_limit, f->lim.tx_size, f->lim.rx_size);
+		 "queues %zu/%zu%s", f->lim.prov_name, f->lim.fabric_name, f->lim.domain_name,
+		 f->be->name, f->lim.iov_limit, f->lim.tx_size, f->lim.rx_size,
+		 f->lim.op_ctx ? ", contexts the provider writes in (FI_CONTEXT)" : "");
 	*out = f;
 	return 0;
 

@@ -71,6 +71,10 @@ struct dfi_fabric_limits {
 	 * and the fd stays readable with nothing to read, libfabric #8947):
 	 * its progress threads never run at real-time priority (progress.c) */
 	bool unsettled;
+	/* its provider writes in each operation's context while the operation
+	 * is in flight (mode FI_CONTEXT or FI_CONTEXT2: psm3, opx): every ctx
+	 * handed to a post or a cancel is a struct dfi_opctx (below) */
+	bool op_ctx;
 	unsigned prov_major, prov_minor;	/* the libfabric provider's version */
 	unsigned fi_major, fi_minor;		/* libfabric's */
 	char prov_name[64];
@@ -317,7 +321,18 @@ struct dfi_sge {
 /* Segments per post, at most: the EP and IA limits are capped here
  * (ep.c, ia.c), and every segment array of a post is this long. */
 #define DFI_MAX_SGE	16
-/* Post operations; ctx comes back in the completion.  -EAGAIN: queue full. */
+/* The context of a post on a fabric whose limits say op_ctx: the provider's
+ * scratch first, as FI_CONTEXT2 asks (FI_CONTEXT's is its first half), and
+ * the caller's context, which the completion carries instead of this.
+ * It must stay put from the post until its completion is read; `ctx` is
+ * set once, when it is made (the provider writes only `prov`). */
+struct dfi_opctx {
+	void *prov[8];		/* struct fi_context2 */
+	void *ctx;
+};
+/* Post operations; ctx comes back in the completion.  -EAGAIN: queue full.
+ * Where the limits say op_ctx, ctx is a struct dfi_opctx and the
+ * completion carries its `ctx`. */
 int dfi_post_send(struct dfi_fep *fep, const struct dfi_sge *sg, int n, void *ctx);
 /* A send of at most the limits' inject_size bytes, copied out before the
  * call returns, that completes with no CQ entry: its delivery is never

@@ -189,6 +189,25 @@ static inline bool dfi_cq_own_ctx(const void *ctx)
 	return ((uintptr_t)ctx & 1u) != 0;
 }
 
+/* What a completion of a post with context ctx carries (fabric.h, struct
+ * dfi_opctx): ctx itself, or on an op_ctx fabric the context it wraps. */
+static inline void *dfi_opctx_of(const struct dfi_fabric *f, void *ctx)
+{
+	if (__builtin_expect(!f->lim.op_ctx || !ctx, 1))
+		return ctx;
+	return ((struct dfi_opctx *)ctx)->ctx;
+}
+
+/* The context to post for a context of the backend's own: o, wrapping it,
+ * where the fabric's provider writes in contexts (o->ctx set once). */
+static inline void *dfi_opctx_own(const struct dfi_fabric *f, struct dfi_opctx *o, void *ctx)
+{
+	if (!f->lim.op_ctx)
+		return ctx;
+	o->ctx = ctx;
+	return o;
+}
+
 /* Shared by the posts of both backends. */
 static inline int dfi_post_rc(ssize_t rc)
 {

@@ -82,11 +82,11 @@ static struct fi_info *make_hints(const char *prov, const char *domain, enum fi_
 		h->tx_attr->msg_order = FI_ORDER_SAS;
 		h->rx_attr->msg_order = FI_ORDER_SAS;
 	}
-	/* No mode bits: the context of every post is our own descriptor, with
-	 * no struct fi_context in front for a provider to write in.  A
-	 * provider that needs FI_CONTEXT is not offered rather than handed
-	 * memory it would scribble on (tcp, verbs and sockets MSG endpoints,
-	 * shm and tcp;ofi_rxm RDM endpoints need none). */
+	/* No mode bits at first: the context of every post is then our own
+	 * descriptor.  A provider that needs FI_CONTEXT or FI_CONTEXT2 (psm3,
+	 * opx) is asked for again with them (getinfo_type), and its posts get
+	 * a struct dfi_opctx in front (fabric.h): 64 bytes more per slot, so
+	 * not where a provider can do without. */
 	h->mode = 0;
 	h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED |
 				  FI_MR_PROV_KEY;
@@ -158,11 +158,15 @@ static int getinfo_type(const char *prov, const char *node, const char *domain,
 		{ false, false, FI_PROGRESS_UNSPEC },
 	};
 
-	for (size_t k = 0; k < sizeof(tries) / sizeof(tries[0]) && rc == -FI_ENODATA; k++) {
-		if (tries[k].rdm_only && type != FI_EP_RDM)
+	for (size_t k = 0; k < 2 * sizeof(tries) / sizeof(tries[0]) && rc == -FI_ENODATA; k++) {
+		size_t t = k % (sizeof(tries) / sizeof(tries[0]));
+
+		/* every try without mode bits first, then again with them */
+		hints->mode = k == t ? 0 : FI_CONTEXT | FI_CONTEXT2;
+		if (tries[t].rdm_only && type != FI_EP_RDM)
 			continue;
-		hints->domain_attr->data_progress = tries[k].progress;
-		hints->caps = tries[k].atomic ? hints->caps | FI_ATOMIC : hints->caps & ~FI_ATOMIC;
+		hints->domain_attr->data_progress = tries[t].progress;
+		hints->caps = tries[t].atomic ? hints->caps | FI_ATOMIC : hints->caps & ~FI_ATOMIC;
 		/* an RDM endpoint's receive queue holds the receives of every
 		 * DAT EP that shares it (rdm/ep.c, rep_fits): deeper first */
 		for (size_t q = type == FI_EP_RDM ? 0 : 1; q < 3 && rc == -FI_ENODATA; q++) {
@@ -247,6 +251,8 @@ void dfi_fabric_fill_limits(const struct fi_info *i, bool atomics, struct dfi_fa
 	}
 	l->cm_ordered = l->rdm;
 	l->ud = l->rdm;		/* rdm/ud.c */
+	l->op_ctx = ((i->mode | i->tx_attr->mode | i->rx_attr->mode) &
+		     (FI_CONTEXT | FI_CONTEXT2)) != 0;
 	l->iov_limit = i->tx_attr->iov_limit;
 	l->rma_iov_limit = i->tx_attr->rma_iov_limit;
 	l->tx_size = i->tx_attr->size;

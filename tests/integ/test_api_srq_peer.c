@@ -321,6 +321,9 @@ struct peer {
 	struct fid_mr *mr;
 	void *desc;
 	uint8_t *buf;
+	/* its one send's context, which a provider whose mode asks for
+	 * FI_CONTEXT2 writes in while the send is out */
+	struct fi_context2 ctx;
 	size_t name_len;
 	uint8_t name[DFI_RDM_ADDR_MAX];
 	/* the SRQ's endpoint, from the first REP (all its EPs give the same) */
@@ -332,7 +335,8 @@ struct peer {
 };
 
 /* The hints dapl-ofi gives for an RDM endpoint (src/fabric/info.c), with
- * FI_MSG for FI_RMA: tagged sends, in order, no mode bits. */
+ * FI_MSG for FI_RMA: tagged sends, in order; the peer's contexts are
+ * struct fi_context2, whatever the provider asks. */
 static struct fi_info *peer_hints(const char *prov)
 {
 	struct fi_info *h = fi_allocinfo();
@@ -342,7 +346,7 @@ static struct fi_info *peer_hints(const char *prov)
 	h->caps = FI_TAGGED | FI_MSG;
 	h->tx_attr->msg_order = FI_ORDER_SAS;
 	h->rx_attr->msg_order = FI_ORDER_SAS;
-	h->mode = 0;
+	h->mode = FI_CONTEXT | FI_CONTEXT2;
 	h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
 	h->domain_attr->threading = FI_THREAD_SAFE;
 	h->fabric_attr->prov_name = strdup(prov);
@@ -462,7 +466,7 @@ static void peer_send(struct peer *p, uint64_t tag, const void *data, size_t len
 	assert_true(len <= 4096);
 	memcpy(p->buf, data, len);
 	for (;;) {
-		rc = fi_tsend(p->ep, p->buf, len, p->desc, p->srq, tag, p->buf);
+		rc = fi_tsend(p->ep, p->buf, len, p->desc, p->srq, tag, &p->ctx);
 		if (rc != -FI_EAGAIN || now_ns() > end)
 			break;
 		(void)peer_poll(p, &c);
@@ -478,7 +482,7 @@ static void peer_send(struct peer *p, uint64_t tag, const void *data, size_t len
 				 (unsigned long long)tag);
 		sched_yield();
 	}
-	assert_ptr_equal(c.op_context, p->buf);
+	assert_ptr_equal(c.op_context, &p->ctx);
 }
 
 /* -------------------------------------------- the peer's TCP channel */

@@ -525,15 +525,56 @@ int rdm_path_up(struct rdm_fep *e, const struct dfi_rcm_end *remote)
  * close.  0 or libfabric's error. */
 #define RDM_HELLO_POST_MS	100
 
+
+/* Where the provider writes in contexts (lim.op_ctx), a hello's receive
+ * has a context of its own, which outlives its endpoint: a hello cancelled
+ * at the close completes after it.  Its completion frees it (and tells
+ * the endpoint, while that is open); its own context is odd, as an
+ * endpoint's hello context is. */
+struct rdm_hello_ctx {
+	struct dfi_opctx o;		/* o.ctx: RDM_HELLO_CTX(this) */
+	struct rdm_fep *e;		/* NULL once its endpoint closed */
+};
+
+static void *hello_ctx(struct rdm_fep *e)
+{
+	if (!e->rf->f->lim.op_ctx)
+		return RDM_HELLO_CTX(e);
+	if (!e->hello_ctx) {
+		e->hello_ctx = calloc(1, sizeof(*e->hello_ctx));
+		if (!e->hello_ctx)
+			return NULL;
+		e->hello_ctx->e = e;
+		e->hello_ctx->o.ctx = RDM_HELLO_CTX(e->hello_ctx);
+	}
+	return &e->hello_ctx->o;
+}
+
+void rdm_hello_done(struct rdm_fabric *rf, void *ctx)
+{
+	struct rdm_hello_ctx *h = (void *)((uintptr_t)ctx & ~(uintptr_t)1);
+
+	if (!rf->f->lim.op_ctx)
+		return;		/* the endpoint's own, odd: nothing to free */
+	if (h->e) {
+		h->e->hello_posted = false;
+		h->e->hello_ctx = NULL;
+	}
+	free(h);
+}
+
 int rdm_hello_recv(struct rdm_fep *e)
 {
 	struct fid_ep *ep = e->srx ? e->srx->ep : e->ep;
 	struct fid_cq *cq = e->srx ? e->srx->cq : e->rep->rxcq->cq;
+	void *ctx = hello_ctx(e);
 	uint64_t t0 = rdm_now_ms();
 	int rc;
 
+	if (!ctx)
+		return -FI_ENOMEM;
 	while ((rc = (int)fi_trecv(ep, NULL, 0, NULL, FI_ADDR_UNSPEC, RDM_TAG_HELLO(e->id, e->gen),
-				   0, RDM_HELLO_CTX(e))) == -FI_EAGAIN &&
+				   0, ctx)) == -FI_EAGAIN &&
 	       rdm_eagain_retry(cq, t0, RDM_HELLO_POST_MS))
 		;
 	e->hello_posted = rc == 0;
@@ -549,7 +590,8 @@ static void rdm_own_done(struct dfi_fabric *f, void *ctx, int err, size_t len)
 	if (!rf)
 		return;
 	pthread_mutex_lock(&rf->lock);
-	rdm_sink_done(rf, ctx, err, len);
+	if (!rdm_sink_done(rf, ctx, err, len))
+		rdm_hello_done(rf, ctx);
 	pthread_mutex_unlock(&rf->lock);
 }
 
@@ -937,7 +979,15 @@ static void rdm_fep_close(struct dfi_fep *fe)
 	if (e->srx)
 		rdm_srx_fep_gone(e);
 	if (e->hello_posted)	/* a peer that never said it: the entry back */
-		(void)fi_cancel(&(e->srx ? e->srx->ep : e->ep)->fid, RDM_HELLO_CTX(e));
+		(void)fi_cancel(&(e->srx ? e->srx->ep : e->ep)->fid,
+				e->hello_ctx ? (void *)&e->hello_ctx->o : RDM_HELLO_CTX(e));
+	if (e->hello_ctx) {	/* its completion, to come, frees it */
+		if (e->hello_posted)
+			e->hello_ctx->e = NULL;
+		else
+			free(e->hello_ctx);
+		e->hello_ctx = NULL;
+	}
 	if (!e->ud_hs) {	/* a handshake's are its UD endpoint's */
 		id_put(rf, e->id);
 		rep_put(rf, e->rep, e->tx_need, e->rx_need);

@@ -219,6 +219,7 @@ struct rdm_fep {
 	 * it ends at its first event */
 	bool ud_hs;
 	bool hello_posted;		/* the hello's receive (rdm_hello_recv) */
+	struct rdm_hello_ctx *hello_ctx;	/* its context on an op_ctx fabric (ep.c) */
 	bool sunk;			/* its sink posted (sink.c) */
 	/* its goodbye word (NULL: none), and its peer's */
 	uint64_t *bye_word;
@@ -289,13 +290,16 @@ void rdm_drain(struct rdm_fep *e);
  * the fabric's open.  The rest with the lock held.  rdm_sink_open: once e
  * gets no more receives, a sink for its tag (once).  rdm_sink_done: a
  * completion of the backend's own receive (cq.c's own_done, through
- * ep.c), a sink's or not.  rdm_sinks_drop: rep's sinks freed as it
+ * ep.c): false if it is not a sink's.  rdm_sinks_drop: rep's sinks freed as it
  * closes, or all (rep NULL) and the scratch region, at the fabric's
  * close. */
 struct rdm_sink;
 void rdm_sinks_init(struct rdm_fabric *rf);
 void rdm_sink_open(struct rdm_fep *e);
-void rdm_sink_done(struct rdm_fabric *rf, void *ctx, int err, size_t len);
+bool rdm_sink_done(struct rdm_fabric *rf, void *ctx, int err, size_t len);
+/* rf->lock held: the completion of a hello's receive (ep.c), whose
+ * context, on an op_ctx fabric, is freed now */
+void rdm_hello_done(struct rdm_fabric *rf, void *ctx);
 void rdm_sinks_drop(struct rdm_fabric *rf, const struct rdm_ep *rep);
 
 /* bye.c: the goodbye (lock held) */

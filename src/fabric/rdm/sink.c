@@ -32,6 +32,7 @@ struct rdm_sink {
 	struct rdm_ep *rep;
 	uint64_t tag;
 	bool cancelling;		/* freed at its receive's last completion */
+	struct dfi_opctx o;		/* its receive's context on an op_ctx fabric */
 };
 
 /* A sink's receive context: odd, so that cq.c hands its completion to
@@ -98,7 +99,8 @@ static int sink_post(struct rdm_fabric *rf, struct rdm_sink *s)
 
 	for (int i = 0; i < 3; i++) {
 		rc = fi_trecv(s->rep->ep, rf->scratch, rf->scratch_len, NULL, FI_ADDR_UNSPEC,
-			      s->tag, RDM_TAG_SEQ_IGNORE(rf->f->lim.msgno_mask), SINK_CTX(s));
+			      s->tag, RDM_TAG_SEQ_IGNORE(rf->f->lim.msgno_mask),
+			      dfi_opctx_own(rf->f, &s->o, SINK_CTX(s)));
 		if (rc != -FI_EAGAIN)
 			break;
 	}
@@ -118,7 +120,7 @@ static void sink_retire_oldest(struct rdm_ep *rep, struct rdm_fabric *rf)
 			continue;
 		s->cancelling = true;
 		rep->nsinks--;
-		(void)fi_cancel(&rep->ep->fid, SINK_CTX(s));
+		(void)fi_cancel(&rep->ep->fid, rf->f->lim.op_ctx ? (void *)&s->o : SINK_CTX(s));
 		return;
 	}
 }
@@ -153,12 +155,12 @@ void rdm_sink_open(struct rdm_fep *e)
 	(void)sink_post(rf, s);
 }
 
-void rdm_sink_done(struct rdm_fabric *rf, void *ctx, int err, size_t len)
+bool rdm_sink_done(struct rdm_fabric *rf, void *ctx, int err, size_t len)
 {
 	struct rdm_sink *s;
 
 	if (!IS_SINK_CTX(ctx))
-		return;		/* a hello's */
+		return false;	/* a hello's */
 	s = SINK_OF(ctx);
 	if (s->cancelling || err == FI_ECANCELED) {
 		unlink_free(rf, s);
@@ -172,6 +174,7 @@ void rdm_sink_done(struct rdm_fabric *rf, void *ctx, int err, size_t len)
 				      MADV_DONTNEED);
 		(void)sink_post(rf, s);
 	}
+	return true;
 }
 
 void rdm_sinks_drop(struct rdm_fabric *rf, const struct rdm_ep *rep)

@@ -36,6 +36,7 @@
 struct rdm_srx_rec {
 	struct rdm_srx_rec *next;	/* free list */
 	struct rdm_srx_rec *all;	/* every record, freed at the close */
+	struct dfi_opctx o;		/* its receive's context on an op_ctx fabric */
 	void *ctx;
 	int n;
 	struct dfi_sge sg[SRX_MAX_SGE];
@@ -58,7 +59,7 @@ static int srx_post(struct rdm_srx *x, struct rdm_srx_rec *r)
 	(void)dfi_fill_iov(r->sg, r->n, iov, desc);
 	for (;;) {
 		rc = fi_trecvv(x->ep, iov, desc, (size_t)r->n, FI_ADDR_UNSPEC, RDM_TAG_SRQ,
-			       RDM_TAG_SRQ_IGNORE, r);
+			       RDM_TAG_SRQ_IGNORE, dfi_opctx_own(x->rf->f, &r->o, r));
 		if (rc == -FI_ENOMEM)
 			rc = -FI_EAGAIN;	/* shm's word for a full queue */
 		if (rc != -FI_EAGAIN || !rdm_eagain_retry(x->cq, t0, SRX_POST_MS))
@@ -91,7 +92,7 @@ int dfi_rdm_srx_post_recv(struct dfi_srx *sx, const struct dfi_sge *sg, int n, v
 	pthread_mutex_unlock(&x->lock);
 	if (!r)
 		return -ENOMEM;
-	r->ctx = ctx;
+	r->ctx = dfi_opctx_of(x->rf->f, ctx);	/* the record carries it */
 	r->n = n;
 	memcpy(r->sg, sg, (size_t)n * sizeof(*sg));
 	rc = srx_post(x, r);
@@ -219,8 +220,12 @@ static void route(struct rdm_srx *x, struct rdm_srx_rec *r, uint64_t tag, struct
 	uint16_t gen = (uint16_t)((tag >> 32) & RDM_GEN_MASK);
 	struct rdm_fep *e = id && id <= rf->nslots ? rf->slots[id - 1].fep : NULL;
 
-	if (!r || dfi_cq_own_ctx(r))
-		return;		/* a hello's */
+	if (!r)
+		return;
+	if (dfi_cq_own_ctx(r)) {
+		rdm_hello_done(rf, r);
+		return;
+	}
 	c->ctx = r->ctx;
 	if (c->err == ECANCELED ||
 	    (e && e->gen == gen && e->srx == x && (tag >> 46 & 3) == 1 &&
@@ -283,7 +288,7 @@ static void srx_pull(void *arg)
 			c.len = err.len;
 			c.err = err.err ? err.err : EIO;
 			pthread_mutex_lock(&rf->lock);
-			route(x, err.op_context, err.tag, &c, &stale);
+			route(x, dfi_opctx_of(rf->f, err.op_context), err.tag, &c, &stale);
 			pthread_mutex_unlock(&rf->lock);
 			continue;
 		}
@@ -298,7 +303,7 @@ static void srx_pull(void *arg)
 			struct dfi_comp c = { .len = t[i].len, .data = t[i].data,
 					      .imm = (t[i].flags & FI_REMOTE_CQ_DATA) != 0 };
 
-			route(x, t[i].op_context, t[i].tag, &c, &stale);
+			route(x, dfi_opctx_of(rf->f, t[i].op_context), t[i].tag, &c, &stale);
 		}
 		pthread_mutex_unlock(&rf->lock);
 		if (n < SRX_BATCH)
