@@ -1,7 +1,7 @@
 /*
  * fabsim completion queue: pulls the core's completions into a ring and
  * hands them to the consumer in its format; the comp_order rule holds some
- * back so that later ones overtake them (efa: comp_order FI_ORDER_NONE).
+ * back so that later ones overtake them (comp_order FI_ORDER_NONE).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +43,22 @@ static void q_pop(struct fabsim_cq *cq)
 {
 	cq->q_head = (cq->q_head + 1) % cq->q_cap;
 	cq->q_len--;
+}
+
+/* an error completion made by a rule (the target refused an RMA); domain
+ * lock held */
+int fabsim_cq_push_err(struct fabsim_cq *cq, void *ctx, uint64_t flags,
+		       int err)
+{
+	struct fabsim_cqe e;
+
+	memset(&e, 0, sizeof(e));
+	e.is_err = true;
+	e.err.op_context = ctx;
+	e.err.flags = flags;
+	e.err.err = err;
+	e.e.op_context = ctx;
+	return q_push(cq, &e);
 }
 
 /* called with the domain lock held */
@@ -213,8 +229,10 @@ static ssize_t cq_sreadfrom(struct fid_cq *fcq, void *buf, size_t count,
 	ssize_t ret;
 
 	(void)cond;
+	/* efa: rxr_cq.c fi_no_cq_sread; opx: fi_opx_cq_sread() abort()s */
 	if (fabsim_rule_on(&cq->dom->cfg, FABSIM_RULE_WAIT)) {
-		FABSIM_WARN(FI_LOG_CQ, "wait: fi_cq_sread refused: efa's CQ has none (rxr_cq.c fi_no_cq_sread)\n");
+		FABSIM_WARN(FI_LOG_CQ, "wait: fi_cq_sread refused: %s's CQ cannot block\n",
+			    fabsim_profile->name);
 		return -FI_ENOSYS;
 	}
 	for (;;) {
@@ -276,6 +294,10 @@ static int cq_control(struct fid *fid, int command, void *arg)
 {
 	struct fabsim_cq *cq = (struct fabsim_cq *)fid;
 
+	/* opx: fi_opx_control_cq() is "unimplemented", no FI_GETWAIT */
+	if (fabsim_profile->wait_style == FABSIM_WAIT_IGNORED &&
+	    fabsim_rule_on(&cq->dom->cfg, FABSIM_RULE_WAIT))
+		return -FI_ENOSYS;
 	return fi_control(&cq->core->fid, command, arg);
 }
 
@@ -306,13 +328,32 @@ int fabsim_cq_open(struct fid_domain *domain, struct fi_cq_attr *attr,
 	struct fabsim_cq *cq;
 	int ret;
 
-	/* rxr_cq.c rxr_cq_open(): if (attr->wait_obj != FI_WAIT_NONE)
-	 * return -FI_ENOSYS; (FI_WAIT_UNSPEC included) */
-	if (attr->wait_obj != FI_WAIT_NONE &&
-	    fabsim_rule_on(&d->cfg, FABSIM_RULE_WAIT)) {
-		FABSIM_WARN(FI_LOG_CQ, "wait: fi_cq_open with wait object %d refused: efa CQs have no wait object\n",
-			    attr->wait_obj);
-		return fabsim_profile->wait_err;
+	switch (fabsim_profile->wait_style) {
+	case FABSIM_WAIT_REFUSED:
+		/* efa: rxr_cq.c rxr_cq_open(): if (attr->wait_obj !=
+		 * FI_WAIT_NONE) return -FI_ENOSYS; (FI_WAIT_UNSPEC included) */
+		if (attr->wait_obj != FI_WAIT_NONE &&
+		    fabsim_rule_on(&d->cfg, FABSIM_RULE_WAIT)) {
+			FABSIM_WARN(FI_LOG_CQ, "wait: fi_cq_open with wait object %d refused: %s CQs have none\n",
+				    attr->wait_obj, fabsim_profile->name);
+			return fabsim_profile->wait_err;
+		}
+		break;
+	case FABSIM_WAIT_IGNORED:
+		/* opx: fi_opx_cq_open() never reads wait_obj; the rule
+		 * refuses what needs it (sread, FI_GETWAIT) */
+		if (fabsim_rule_on(&d->cfg, FABSIM_RULE_WAIT))
+			core_attr.wait_obj = FI_WAIT_NONE;
+		break;
+	case FABSIM_WAIT_UNSIMULATED:
+		/* psm3 and cxi give an fd; ours would have to follow the
+		 * held completions and the manual progress: refused */
+		if (attr->wait_obj != FI_WAIT_NONE) {
+			FABSIM_WARN(FI_LOG_CQ, "fi_cq_open with wait object %d: %s has it, the simulation does not\n",
+				    attr->wait_obj, fabsim_profile->name);
+			return -FI_ENOSYS;
+		}
+		break;
 	}
 	if (attr->format == FI_CQ_FORMAT_UNSPEC)
 		attr->format = FI_CQ_FORMAT_CONTEXT;

@@ -117,14 +117,16 @@ static int av_lookup(struct fid_av *fav, fi_addr_t fi_addr, void *addr,
 static const char *av_straddr(struct fid_av *fav, const void *addr, char *buf,
 			      size_t *len)
 {
-	const struct sockaddr_in *sin = addr;
+	struct sockaddr_in sin = { 0 };
+	size_t slen = sizeof(sin);
 	char ip[INET_ADDRSTRLEN] = "?";
 	int n;
 
 	(void)fav;
-	inet_ntop(AF_INET, &sin->sin_addr, ip, sizeof(ip));
-	n = snprintf(buf, *len, "fi_addr_efa://sim/%s:%u", ip,
-		     (unsigned)ntohs(sin->sin_port));
+	fabsim_addr_to_core(addr, fabsim_profile->addrlen, &sin, &slen);
+	inet_ntop(AF_INET, &sin.sin_addr, ip, sizeof(ip));
+	n = snprintf(buf, *len, "fi_addr_%s://sim/%s:%u", fabsim_profile->name,
+		     ip, (unsigned)ntohs(sin.sin_port));
 	*len = (size_t)n + 1;
 	return buf;
 }
@@ -171,98 +173,6 @@ static int av_open(struct fid_domain *domain, struct fi_av_attr *attr,
 	return 0;
 }
 
-/* MR: the consumer's descriptor is the wrapper; the key is the core's */
-static int mr_close(struct fid *fid)
-{
-	struct fabsim_mr *mr = (struct fabsim_mr *)fid;
-	int ret = fi_close(&mr->core->fid);
-
-	if (ret)
-		return ret;
-	free(mr);
-	return 0;
-}
-
-static int mr_bind(struct fid *fid, struct fid *bfid, uint64_t flags)
-{
-	(void)fid; (void)bfid; (void)flags;
-	FABSIM_WARN(FI_LOG_MR, "fi_mr_bind: efa has no FI_MR_ENDPOINT\n");
-	return -FI_ENOSYS;
-}
-
-static struct fi_ops mr_fi_ops = {
-	.size = sizeof(struct fi_ops),
-	.close = mr_close,
-	.bind = mr_bind,
-	.control = fabsim_no_control,
-	.ops_open = fabsim_no_ops_open,
-};
-
-static int mr_regattr(struct fid *fid, const struct fi_mr_attr *attr,
-		      uint64_t flags, struct fid_mr **mr_p)
-{
-	struct fabsim_domain *d = (struct fabsim_domain *)fid;
-	struct fabsim_mr *mr;
-	int ret;
-
-	if (attr->iov_count > fabsim_profile->mr_iov_limit) {
-		FABSIM_WARN(FI_LOG_MR, "mr iov_count %zu > mr_iov_limit %zu\n",
-			    attr->iov_count, fabsim_profile->mr_iov_limit);
-		return -FI_EINVAL;
-	}
-	mr = calloc(1, sizeof(*mr));
-	if (!mr)
-		return -FI_ENOMEM;
-	ret = fi_mr_regattr(d->core, attr, flags, &mr->core);
-	if (ret) {
-		free(mr);
-		return ret;
-	}
-	mr->mr.fid.fclass = FI_CLASS_MR;
-	mr->mr.fid.context = attr->context;
-	mr->mr.fid.ops = &mr_fi_ops;
-	mr->mr.mem_desc = mr;
-	mr->mr.key = fi_mr_key(mr->core);
-	if (mr->mr.key > UINT32_MAX)
-		FABSIM_WARN(FI_LOG_MR, "core key %llu exceeds efa's 4-byte key\n",
-			    (unsigned long long)mr->mr.key);
-	*mr_p = &mr->mr;
-	return 0;
-}
-
-static int mr_regv(struct fid *fid, const struct iovec *iov, size_t count,
-		   uint64_t access, uint64_t offset, uint64_t requested_key,
-		   uint64_t flags, struct fid_mr **mr, void *context)
-{
-	struct fi_mr_attr attr = {
-		.mr_iov = iov,
-		.iov_count = count,
-		.access = access,
-		.offset = offset,
-		.requested_key = requested_key,
-		.context = context,
-	};
-
-	return mr_regattr(fid, &attr, flags, mr);
-}
-
-static int mr_reg(struct fid *fid, const void *buf, size_t len,
-		  uint64_t access, uint64_t offset, uint64_t requested_key,
-		  uint64_t flags, struct fid_mr **mr, void *context)
-{
-	struct iovec iov = { .iov_base = (void *)buf, .iov_len = len };
-
-	return mr_regv(fid, &iov, 1, access, offset, requested_key, flags, mr,
-		       context);
-}
-
-static struct fi_ops_mr mr_ops = {
-	.size = sizeof(struct fi_ops_mr),
-	.reg = mr_reg,
-	.regv = mr_regv,
-	.regattr = mr_regattr,
-};
-
 /* domain */
 static int domain_close(struct fid *fid)
 {
@@ -298,7 +208,8 @@ static int domain_cntr_open(struct fid_domain *domain, struct fi_cntr_attr *attr
 			    struct fid_cntr **cntr, void *context)
 {
 	(void)domain; (void)attr; (void)cntr; (void)context;
-	FABSIM_WARN(FI_LOG_DOMAIN, "counters are not simulated (efa has them)\n");
+	FABSIM_WARN(FI_LOG_DOMAIN, "counters are not simulated (%s has them)\n",
+		    fabsim_profile->name);
 	return -FI_ENOSYS;
 }
 
@@ -327,7 +238,7 @@ static int domain_no_srx(struct fid_domain *domain, struct fi_rx_attr *attr,
 			 struct fid_ep **rx_ep, void *context)
 {
 	(void)domain; (void)attr; (void)rx_ep; (void)context;
-	FABSIM_WARN(FI_LOG_DOMAIN, "shared receive contexts: efa 1.17 has none\n");
+	FABSIM_WARN(FI_LOG_DOMAIN, "shared receive contexts are not simulated\n");
 	return -FI_ENOSYS;
 }
 
@@ -400,9 +311,9 @@ int fabsim_domain_open(struct fid_fabric *fabric, struct fi_info *info,
 		fi_freeinfo(core);
 		return -FI_ENOMEM;
 	}
-	/* the core (util MR map) then takes virtual addresses and makes keys */
-	core->domain_attr->mr_mode = FI_MR_VIRT_ADDR | FI_MR_ALLOCATED |
-				     FI_MR_PROV_KEY;
+	/* the core's util MR map takes virtual addresses or offsets, makes
+	 * keys or takes the consumer's, as the profile grants */
+	core->domain_attr->mr_mode = fabsim_core_mr_mode(info->domain_attr->mr_mode);
 	ret = fi_domain(f->core, core, &d->core, context);
 	if (ret) {
 		FABSIM_WARN(FI_LOG_DOMAIN, "core fi_domain: %s\n", fi_strerror(-ret));
@@ -414,13 +325,19 @@ int fabsim_domain_open(struct fid_fabric *fabric, struct fi_info *info,
 	d->fab = f;
 	fabsim_config_load(&d->cfg);
 	d->mr_mode = info->domain_attr->mr_mode;
+	d->offset = !(d->mr_mode & (FI_MR_BASIC | FI_MR_VIRT_ADDR));
+	if (info->domain_attr->cq_data_size < d->cfg.cq_data_size)
+		d->cfg.cq_data_size = info->domain_attr->cq_data_size;
 	pthread_mutex_init(&d->lock, NULL);
 	d->domain.fid.fclass = FI_CLASS_DOMAIN;
 	d->domain.fid.context = context;
 	d->domain.fid.ops = &domain_fi_ops;
 	d->domain.ops = &domain_ops;
-	d->domain.mr = &mr_ops;
-	if (!fabsim_rule_on(&d->cfg, FABSIM_RULE_MANUAL)) {
+	d->domain.mr = &fabsim_mr_ops;
+	/* psm3 and opx run a progress thread when FI_PROGRESS_AUTO was asked */
+	if (!fabsim_rule_on(&d->cfg, FABSIM_RULE_MANUAL) ||
+	    (fabsim_profile->auto_ok &&
+	     info->domain_attr->data_progress == FI_PROGRESS_AUTO)) {
 		ret = pthread_create(&d->thread, NULL, progress_thread, d);
 		d->thread_running = !ret;
 	}

@@ -8,7 +8,6 @@
 
 #include "fabsim.h"
 
-#define CORE_TX_FLAGS	(FI_COMPLETION | FI_REMOTE_CQ_DATA | FI_INJECT)
 #define CORE_RX_FLAGS	(FI_COMPLETION | FI_MULTI_RECV | FI_PEEK | FI_CLAIM | \
 			 FI_DISCARD)
 #define SCRIBBLE	((void *)(uintptr_t)0x5ca1ab1eu)
@@ -18,7 +17,7 @@ static inline struct fabsim_ep *to_ep(struct fid_ep *fep)
 	return (struct fabsim_ep *)fep;
 }
 
-static size_t iov_total(const struct iovec *iov, size_t count)
+size_t fabsim_iov_total(const struct iovec *iov, size_t count)
 {
 	size_t i, len = 0;
 
@@ -28,7 +27,7 @@ static size_t iov_total(const struct iovec *iov, size_t count)
 }
 
 /* consumer descriptors -> core descriptors */
-static void xlate_desc(void **desc, size_t count, void **out)
+void fabsim_xlate_desc(void **desc, size_t count, void **out)
 {
 	size_t i;
 
@@ -57,12 +56,12 @@ bool fabsim_bounce_take(struct fabsim_domain *dom, void *ctx)
 	return false;
 }
 
-static struct fabsim_bounce *bounce_new(struct fabsim_domain *dom,
+struct fabsim_bounce *fabsim_bounce_new(struct fabsim_domain *dom,
 					const struct iovec *iov, size_t count,
 					void *ctx)
 {
 	struct fabsim_bounce *b = calloc(1, sizeof(*b));
-	size_t i, off = 0, len = iov_total(iov, count);
+	size_t i, off = 0, len = fabsim_iov_total(iov, count);
 
 	if (!b)
 		return NULL;
@@ -82,18 +81,18 @@ static struct fabsim_bounce *bounce_new(struct fabsim_domain *dom,
 	return b;
 }
 
-static void bounce_drop(struct fabsim_domain *dom, struct fabsim_bounce *b)
+void fabsim_bounce_drop(struct fabsim_domain *dom, struct fabsim_bounce *b)
 {
 	fabsim_bounce_take(dom, b->ctx);
 }
 
 /* the rules that apply to every data post; 0 or the error to return */
-static ssize_t check_post(struct fabsim_ep *ep, const struct iovec *iov,
+ssize_t fabsim_check_post(struct fabsim_ep *ep, const struct iovec *iov,
 			  void **desc, size_t count, uint64_t flags,
 			  uint64_t data, const char *op)
 {
 	const struct fabsim_config *cfg = &ep->dom->cfg;
-	size_t i, len = iov_total(iov, count);
+	size_t i, len = fabsim_iov_total(iov, count);
 
 	if (fabsim_rule_on(cfg, FABSIM_RULE_MSG_SIZE) && len > cfg->max_msg_size) {
 		FABSIM_WARN(FI_LOG_EP_DATA, "msg_size: %s of %zu bytes > max_msg_size %zu\n",
@@ -125,20 +124,20 @@ static ssize_t check_post(struct fabsim_ep *ep, const struct iovec *iov,
 	return 0;
 }
 
-static ssize_t check_inject(struct fabsim_ep *ep, size_t len, const char *op)
+ssize_t fabsim_check_inject(struct fabsim_ep *ep, size_t len, const char *op)
 {
 	if (fabsim_rule_on(&ep->dom->cfg, FABSIM_RULE_INJECT) &&
 	    len > fabsim_profile->inject_size) {
-		/* rxr_msg.c rxr_msg_inject(): len > inject_size -> -FI_EINVAL */
+		/* efa rxr_msg_inject() -FI_EINVAL, psm3 and cxi -FI_EMSGSIZE */
 		FABSIM_WARN(FI_LOG_EP_DATA, "inject: %s of %zu bytes > inject_size %zu\n",
 			    op, len, fabsim_profile->inject_size);
-		return -FI_EINVAL;
+		return fabsim_profile->inject_err;
 	}
 	return 0;
 }
 
 /* the ctx rule: the provider owns the context while the op is in flight */
-static void scribble(struct fabsim_ep *ep, void *context)
+void fabsim_scribble(struct fabsim_ep *ep, void *context)
 {
 	void **w = context;
 	size_t i, n;
@@ -163,7 +162,7 @@ static ssize_t tx_post(struct fabsim_ep *ep, const struct iovec *iov,
 	void *cdesc[FABSIM_MAX_IOV];
 	struct fabsim_bounce *b = NULL;
 	struct iovec biov;
-	size_t len = iov_total(iov, count);
+	size_t len = fabsim_iov_total(iov, count);
 	ssize_t ret;
 
 	if (count > FABSIM_MAX_IOV || count > fabsim_profile->tx_iov_limit) {
@@ -172,22 +171,22 @@ static ssize_t tx_post(struct fabsim_ep *ep, const struct iovec *iov,
 		return -FI_EINVAL;
 	}
 	if (flags & FI_INJECT) {
-		ret = check_inject(ep, len, tagged ? "fi_tinject" : "fi_inject");
+		ret = fabsim_check_inject(ep, len, tagged ? "fi_tinject" : "fi_inject");
 		if (ret)
 			return ret;
 	}
 	pthread_mutex_lock(&ep->dom->lock);
-	ret = check_post(ep, iov, desc, count, flags, data,
+	ret = fabsim_check_post(ep, iov, desc, count, flags, data,
 			 tagged ? "tagged send" : "send");
 	if (ret)
 		goto out;
-	xlate_desc(desc, count, cdesc);
+	fabsim_xlate_desc(desc, count, cdesc);
 	if ((flags & FI_INJECT) &&
 	    (len > ep->core_inject_size || !(flags & FI_COMPLETION))) {
-		/* efa's inject is larger than the core's, and an inject makes
-		 * no completion, where the core's msg form with FI_INJECT
-		 * does: copy, send, swallow */
-		b = bounce_new(ep->dom, iov, count,
+		/* the profile's inject is larger than the core's, and an
+		 * inject makes no completion, where the core's msg form with
+		 * FI_INJECT does: copy, send, swallow the completion */
+		b = fabsim_bounce_new(ep->dom, iov, count,
 			       (flags & FI_COMPLETION) ? context : NULL);
 		if (!b) {
 			ret = -FI_ENOMEM;
@@ -201,9 +200,9 @@ static ssize_t tx_post(struct fabsim_ep *ep, const struct iovec *iov,
 		context = b->ctx;
 		flags = (flags & ~FI_INJECT) | FI_COMPLETION;
 	} else if (!(flags & FI_INJECT) || (flags & FI_COMPLETION)) {
-		scribble(ep, context);
+		fabsim_scribble(ep, context);
 	}
-	flags &= CORE_TX_FLAGS;
+	flags &= FABSIM_CORE_TX_FLAGS;
 	if (tagged) {
 		struct fi_msg_tagged m = {
 			.msg_iov = iov, .desc = cdesc, .iov_count = count,
@@ -218,7 +217,7 @@ static ssize_t tx_post(struct fabsim_ep *ep, const struct iovec *iov,
 		ret = fi_sendmsg(ep->core, &m, flags);
 	}
 	if (ret && b)
-		bounce_drop(ep->dom, b);
+		fabsim_bounce_drop(ep->dom, b);
 out:
 	pthread_mutex_unlock(&ep->dom->lock);
 	return ret;
@@ -237,11 +236,11 @@ static ssize_t rx_post(struct fabsim_ep *ep, const struct iovec *iov,
 		return -FI_EINVAL;
 	}
 	pthread_mutex_lock(&ep->dom->lock);
-	ret = check_post(ep, iov, desc, count, 0, 0, tagged ? "tagged recv" : "recv");
+	ret = fabsim_check_post(ep, iov, desc, count, 0, 0, tagged ? "tagged recv" : "recv");
 	if (ret)
 		goto out;
-	xlate_desc(desc, count, cdesc);
-	scribble(ep, context);
+	fabsim_xlate_desc(desc, count, cdesc);
+	fabsim_scribble(ep, context);
 	flags &= CORE_RX_FLAGS;
 	if (tagged) {
 		struct fi_msg_tagged m = {
@@ -438,222 +437,7 @@ static struct fi_ops_tagged ep_tagged_ops = {
 	.injectdata = ep_tinjectdata,
 };
 
-/* RMA */
-static ssize_t wr_issue(struct fabsim_ep *ep, struct fabsim_wr *wr)
-{
-	return fi_writemsg(ep->core, &wr->msg, wr->flags);
-}
-
-/* release writes delayed by the saw rule; domain lock held */
-void fabsim_ep_progress(struct fabsim_ep *ep)
-{
-	struct fabsim_wr *wr;
-	uint64_t now = fabsim_now_usec();
-
-	for (wr = ep->wr_head; wr; wr = wr->next)
-		wr->progress++;
-	while ((wr = ep->wr_head)) {
-		if (wr->progress < FABSIM_SAW_PROGRESS ||
-		    now - wr->t_post < FABSIM_SAW_USEC)
-			break;
-		ssize_t rc = wr_issue(ep, wr);
-
-		if (rc == -FI_EAGAIN)
-			break;
-		if (rc)
-			FABSIM_WARN(FI_LOG_EP_DATA, "saw: a delayed write failed: %s\n",
-				    fi_strerror((int)-rc));
-		ep->wr_head = wr->next;
-		if (!ep->wr_head)
-			ep->wr_tail = NULL;
-		free(wr);
-	}
-}
-
-static ssize_t rma_post(struct fabsim_ep *ep, const struct fi_msg_rma *msg,
-			uint64_t flags, bool write)
-{
-	struct fabsim_wr *wr;
-	size_t len = iov_total(msg->msg_iov, msg->iov_count);
-	bool delay;
-	ssize_t ret;
-
-	if (msg->iov_count > FABSIM_MAX_IOV || msg->iov_count > fabsim_profile->tx_iov_limit ||
-	    msg->rma_iov_count > fabsim_profile->rma_iov_limit) {
-		FABSIM_WARN(FI_LOG_EP_DATA, "rma iov count %zu/%zu > iov_limit %zu/rma_iov_limit %zu\n",
-			    msg->iov_count, msg->rma_iov_count,
-			    fabsim_profile->tx_iov_limit, fabsim_profile->rma_iov_limit);
-		return -FI_EINVAL;
-	}
-	if (write && (flags & FI_INJECT)) {
-		ret = check_inject(ep, len, "fi_inject_write");
-		if (ret)
-			return ret;
-	}
-	wr = calloc(1, sizeof(*wr));
-	if (!wr)
-		return -FI_ENOMEM;
-	memcpy(wr->iov, msg->msg_iov, msg->iov_count * sizeof(*wr->iov));
-	memcpy(wr->rma_iov, msg->rma_iov, msg->rma_iov_count * sizeof(*wr->rma_iov));
-	wr->msg = *msg;
-	wr->msg.msg_iov = wr->iov;
-	wr->msg.desc = wr->desc;
-	wr->msg.rma_iov = wr->rma_iov;
-
-	pthread_mutex_lock(&ep->dom->lock);
-	ret = check_post(ep, msg->msg_iov, msg->desc, msg->iov_count, flags,
-			 msg->data, write ? "rma write" : "rma read");
-	if (ret)
-		goto err;
-	xlate_desc(msg->desc, msg->iov_count, wr->desc);
-	delay = write && fabsim_rule_on(&ep->dom->cfg, FABSIM_RULE_SAW);
-	if ((flags & FI_INJECT) &&
-	    (delay || len > ep->core_inject_size || !(flags & FI_COMPLETION))) {
-		wr->bounce = bounce_new(ep->dom, msg->msg_iov, msg->iov_count,
-					(flags & FI_COMPLETION) ? msg->context : NULL);
-		if (!wr->bounce) {
-			ret = -FI_ENOMEM;
-			goto err;
-		}
-		wr->iov[0].iov_base = wr->bounce->buf;
-		wr->iov[0].iov_len = len;
-		wr->msg.iov_count = 1;
-		wr->desc[0] = NULL;
-		wr->msg.context = wr->bounce->ctx;
-		flags = (flags & ~FI_INJECT) | FI_COMPLETION;
-	} else {
-		scribble(ep, msg->context);
-	}
-	wr->flags = flags & CORE_TX_FLAGS;
-	if (delay) {
-		/* no send-after-write: later sends go first */
-		wr->t_post = fabsim_now_usec();
-		if (ep->wr_tail)
-			ep->wr_tail->next = wr;
-		else
-			ep->wr_head = wr;
-		ep->wr_tail = wr;
-		FABSIM_INFO(FI_LOG_EP_DATA, "saw: write of %zu bytes delayed\n", len);
-		pthread_mutex_unlock(&ep->dom->lock);
-		return 0;
-	}
-	ret = write ? wr_issue(ep, wr) : fi_readmsg(ep->core, &wr->msg, wr->flags);
-	if (ret && wr->bounce)
-		bounce_drop(ep->dom, wr->bounce);
-err:
-	pthread_mutex_unlock(&ep->dom->lock);
-	free(wr);
-	return ret;
-}
-
-static ssize_t ep_readmsg(struct fid_ep *fep, const struct fi_msg_rma *msg,
-			  uint64_t flags)
-{
-	return rma_post(to_ep(fep), msg, flags, false);
-}
-
-static ssize_t ep_readv(struct fid_ep *fep, const struct iovec *iov,
-			void **desc, size_t count, fi_addr_t src, uint64_t addr,
-			uint64_t key, void *context)
-{
-	struct fi_rma_iov r = { .addr = addr, .len = iov_total(iov, count), .key = key };
-	struct fi_msg_rma m = {
-		.msg_iov = iov, .desc = desc, .iov_count = count, .addr = src,
-		.rma_iov = &r, .rma_iov_count = 1, .context = context,
-	};
-
-	return rma_post(to_ep(fep), &m, to_ep(fep)->tx_op_flags, false);
-}
-
-static ssize_t ep_read(struct fid_ep *fep, void *buf, size_t len, void *desc,
-		       fi_addr_t src, uint64_t addr, uint64_t key, void *context)
-{
-	struct iovec iov = { .iov_base = buf, .iov_len = len };
-
-	return ep_readv(fep, &iov, &desc, 1, src, addr, key, context);
-}
-
-static ssize_t ep_writemsg(struct fid_ep *fep, const struct fi_msg_rma *msg,
-			   uint64_t flags)
-{
-	return rma_post(to_ep(fep), msg, flags, true);
-}
-
-static ssize_t write_common(struct fid_ep *fep, const struct iovec *iov,
-			    void **desc, size_t count, fi_addr_t dest,
-			    uint64_t addr, uint64_t key, uint64_t data,
-			    void *context, uint64_t flags)
-{
-	struct fi_rma_iov r = { .addr = addr, .len = iov_total(iov, count), .key = key };
-	struct fi_msg_rma m = {
-		.msg_iov = iov, .desc = desc, .iov_count = count, .addr = dest,
-		.rma_iov = &r, .rma_iov_count = 1, .context = context,
-		.data = data,
-	};
-
-	return rma_post(to_ep(fep), &m, flags, true);
-}
-
-static ssize_t ep_writev(struct fid_ep *fep, const struct iovec *iov,
-			 void **desc, size_t count, fi_addr_t dest,
-			 uint64_t addr, uint64_t key, void *context)
-{
-	return write_common(fep, iov, desc, count, dest, addr, key, 0, context,
-			    to_ep(fep)->tx_op_flags);
-}
-
-static ssize_t ep_write(struct fid_ep *fep, const void *buf, size_t len,
-			void *desc, fi_addr_t dest, uint64_t addr, uint64_t key,
-			void *context)
-{
-	struct iovec iov = { .iov_base = (void *)buf, .iov_len = len };
-
-	return ep_writev(fep, &iov, &desc, 1, dest, addr, key, context);
-}
-
-static ssize_t ep_writedata(struct fid_ep *fep, const void *buf, size_t len,
-			    void *desc, uint64_t data, fi_addr_t dest,
-			    uint64_t addr, uint64_t key, void *context)
-{
-	struct iovec iov = { .iov_base = (void *)buf, .iov_len = len };
-
-	return write_common(fep, &iov, &desc, 1, dest, addr, key, data, context,
-			    to_ep(fep)->tx_op_flags | FI_REMOTE_CQ_DATA);
-}
-
-static ssize_t ep_inject_write(struct fid_ep *fep, const void *buf, size_t len,
-			       fi_addr_t dest, uint64_t addr, uint64_t key)
-{
-	struct iovec iov = { .iov_base = (void *)buf, .iov_len = len };
-
-	return write_common(fep, &iov, NULL, 1, dest, addr, key, 0, NULL,
-			    FI_INJECT);
-}
-
-static ssize_t ep_inject_writedata(struct fid_ep *fep, const void *buf,
-				   size_t len, uint64_t data, fi_addr_t dest,
-				   uint64_t addr, uint64_t key)
-{
-	struct iovec iov = { .iov_base = (void *)buf, .iov_len = len };
-
-	return write_common(fep, &iov, NULL, 1, dest, addr, key, data, NULL,
-			    FI_INJECT | FI_REMOTE_CQ_DATA);
-}
-
-static struct fi_ops_rma ep_rma_ops = {
-	.size = sizeof(struct fi_ops_rma),
-	.read = ep_read,
-	.readv = ep_readv,
-	.readmsg = ep_readmsg,
-	.write = ep_write,
-	.writev = ep_writev,
-	.writemsg = ep_writemsg,
-	.inject = ep_inject_write,
-	.writedata = ep_writedata,
-	.injectdata = ep_inject_writedata,
-};
-
-/* CM: names are 32-byte efa addresses */
+/* CM: names are the profile's addresses (init.c) */
 static int ep_getname(fid_t fid, void *addr, size_t *addrlen)
 {
 	struct fabsim_ep *ep = (struct fabsim_ep *)fid;
@@ -806,6 +590,7 @@ static int ep_close(struct fid *fid)
 	struct fabsim_wr *wr;
 	int ret;
 
+	fabsim_ep_unregister(ep);
 	pthread_mutex_lock(&d->lock);
 	ret = fi_close(&ep->core->fid);
 	if (!ret) {
@@ -820,7 +605,7 @@ static int ep_close(struct fid *fid)
 		while ((wr = ep->wr_head)) {
 			ep->wr_head = wr->next;
 			if (wr->bounce)
-				bounce_drop(d, wr->bounce);
+				fabsim_bounce_drop(d, wr->bounce);
 			free(wr);
 		}
 	}
@@ -847,9 +632,14 @@ static int ep_bind_locked(struct fabsim_ep *ep, struct fid *bfid,
 			ep->rx_cq = cq;
 		return 0;
 	}
-	case FI_CLASS_AV:
-		return fi_ep_bind(ep->core, &((struct fabsim_av *)bfid)->core->fid,
-				  flags);
+	case FI_CLASS_AV: {
+		struct fabsim_av *av = (struct fabsim_av *)bfid;
+		int ret = fi_ep_bind(ep->core, &av->core->fid, flags);
+
+		if (!ret)
+			ep->av = av;
+		return ret;
+	}
 	case FI_CLASS_EQ:
 		return fi_ep_bind(ep->core, bfid, flags);
 	default:
@@ -878,6 +668,8 @@ static int ep_control(struct fid *fid, int command, void *arg)
 
 	pthread_mutex_lock(&ep->dom->lock);
 	ret = fi_control(&ep->core->fid, command, arg);
+	if (!ret && command == FI_ENABLE)
+		fabsim_ep_register(ep);		/* an RMA target from now on */
 	pthread_mutex_unlock(&ep->dom->lock);
 	return ret;
 }
@@ -942,7 +734,7 @@ int fabsim_ep_open(struct fid_domain *domain, struct fi_info *info,
 	ep->ep.ops = &ep_ops;
 	ep->ep.cm = &ep_cm_ops;
 	ep->ep.msg = &ep_msg_ops;
-	ep->ep.rma = &ep_rma_ops;
+	ep->ep.rma = &fabsim_rma_ops;
 	ep->ep.tagged = &ep_tagged_ops;
 	pthread_mutex_lock(&d->lock);
 	ep->next = d->eps;

@@ -1,8 +1,8 @@
 /*
  * fabsim: a libfabric DL provider that simulates a hardware provider's
  * published attributes and behaviour over the core provider udp;ofi_rxd.
- * One profile per built library (FABSIM_PROFILE at compile time); see
- * fabsim/README.md for the rule table and its sources.
+ * One profile per built library (fabsim/profile_<name>.c linked in); see
+ * fabsim/README.md for the rule tables and their sources.
  */
 #ifndef FABSIM_H
 #define FABSIM_H
@@ -44,10 +44,25 @@ enum fabsim_rule {
 	FABSIM_RULE_EAGAIN,
 	FABSIM_RULE_MANUAL,
 	FABSIM_RULE_CTX,
+	FABSIM_RULE_MR_ENDPOINT,
+	FABSIM_RULE_OFFSET,
 	FABSIM_RULE_COUNT
 };
 
 #define FABSIM_BIT(r)	(1u << (r))
+
+/* what a CQ does with a wait object */
+enum fabsim_wait_style {
+	FABSIM_WAIT_REFUSED,	/* cq_open fails with wait_err (efa) */
+	FABSIM_WAIT_IGNORED,	/* cq_open ignores it, no sread, no fd (opx) */
+	FABSIM_WAIT_UNSIMULATED,/* the provider has fds; we give none: refused */
+};
+
+/* one fi_info variant of a profile (psm3: tag64 and tag60) */
+struct fabsim_variant {
+	size_t cq_data_size;
+	uint64_t mem_tag_format;
+};
 
 struct fabsim_profile {
 	const char *name;		/* "efa" */
@@ -56,17 +71,26 @@ struct fabsim_profile {
 	uint64_t mode;			/* required of the consumer */
 	uint64_t tx_op_flags, rx_op_flags;
 	uint64_t msg_order, comp_order;
-	int mr_mode;			/* required when FI_RMA is asked */
+	/* mr_mode granted for the hints' mr_mode and caps, -1: refused */
+	int (*mr_grant)(int hint_mode, uint64_t caps);
 	size_t mr_key_size, cq_data_size, inject_size;
+	const struct fabsim_variant *variants;	/* in getinfo order */
+	size_t n_variants;
 	size_t max_msg_size, tx_iov_limit, rx_iov_limit, rma_iov_limit;
 	size_t mr_iov_limit;
 	enum fi_threading threading;
 	enum fi_progress progress, rma_progress;
+	bool auto_ok;			/* FI_PROGRESS_AUTO granted when hinted */
+	enum fi_av_type av_type;	/* when the hints leave it open */
 	uint32_t addr_format;
 	size_t addrlen;
 	uint32_t protocol, protocol_version;
 	uint64_t mem_tag_format;
+	enum fabsim_wait_style wait_style;
 	int wait_err;			/* cq_open with a wait object */
+	int inject_err;			/* inject above inject_size */
+	int offset_err;			/* RMA beyond the target MR (offset) */
+	int mr_endpoint_err;		/* RMA to an MR not enabled (mr_endpoint) */
 	unsigned eagain_one_in;		/* posts refused with EAGAIN, 1 in N */
 	unsigned rules;			/* FABSIM_BIT() of rules on by default */
 };
@@ -107,7 +131,8 @@ struct fabsim_domain {
 	struct fabsim_fabric *fab;
 	struct fi_info *core_info;
 	struct fabsim_config cfg;
-	int mr_mode;
+	int mr_mode;			/* as granted to the consumer */
+	bool offset;			/* RMA addresses are offsets into the MR */
 	pthread_mutex_t lock;
 	uint64_t rng_count;
 	struct fabsim_bounce *bounces;
@@ -126,6 +151,12 @@ struct fabsim_av {
 struct fabsim_mr {
 	struct fid_mr mr;
 	struct fid_mr *core;
+	struct fabsim_domain *dom;
+	struct fabsim_mr *reg_next;	/* the process registry (mr.c) */
+	uint64_t access;
+	size_t len;
+	struct fabsim_ep *bound;	/* FI_MR_ENDPOINT: fi_mr_bind */
+	bool enabled;			/* FI_MR_ENDPOINT: fi_mr_enable */
 };
 
 struct fabsim_cqe {
@@ -168,6 +199,10 @@ struct fabsim_ep {
 	struct fabsim_domain *dom;
 	struct fabsim_ep *next;
 	struct fabsim_cq *tx_cq, *rx_cq;
+	struct fabsim_av *av;
+	struct fabsim_ep *reg_next;	/* the process registry (mr.c) */
+	unsigned char name[16];		/* the core's sockaddr_in, once enabled */
+	bool registered;
 	uint64_t tx_op_flags, rx_op_flags;
 	uint64_t mode;
 	size_t core_inject_size;
@@ -181,6 +216,8 @@ bool fabsim_rule_on(const struct fabsim_config *cfg, enum fabsim_rule r);
 uint64_t fabsim_now_usec(void);
 uint64_t fabsim_rng(struct fabsim_domain *dom);
 
+int fabsim_core_mr_mode(int granted);
+
 /* addr.c helpers (in init.c) */
 int fabsim_addr_to_core(const void *addr, size_t len, void *out, size_t *outlen);
 int fabsim_addr_from_core(const void *addr, size_t len, void *out, size_t *outlen);
@@ -190,16 +227,41 @@ int fabsim_core_hints(const struct fi_info *hints, struct fi_info **core_hints_p
 int fabsim_domain_open(struct fid_fabric *fabric, struct fi_info *info,
 		       struct fid_domain **dom, void *context);
 
+/* mr.c */
+extern struct fi_ops_mr fabsim_mr_ops;
+void fabsim_ep_register(struct fabsim_ep *ep);
+void fabsim_ep_unregister(struct fabsim_ep *ep);
+int fabsim_rma_target_check(struct fabsim_ep *ep, fi_addr_t dest,
+			    const struct fi_rma_iov *rma, size_t count,
+			    uint64_t access);
+
 /* cq.c */
 int fabsim_cq_open(struct fid_domain *domain, struct fi_cq_attr *attr,
 		   struct fid_cq **cq_p, void *context);
 void fabsim_cq_progress(struct fabsim_cq *cq);
+int fabsim_cq_push_err(struct fabsim_cq *cq, void *ctx, uint64_t flags,
+		       int err);
 
 /* ep.c */
+#define FABSIM_CORE_TX_FLAGS	(FI_COMPLETION | FI_REMOTE_CQ_DATA | FI_INJECT)
 int fabsim_ep_open(struct fid_domain *domain, struct fi_info *info,
 		   struct fid_ep **ep_p, void *context);
-void fabsim_ep_progress(struct fabsim_ep *ep);
 bool fabsim_bounce_take(struct fabsim_domain *dom, void *ctx);
+size_t fabsim_iov_total(const struct iovec *iov, size_t count);
+void fabsim_xlate_desc(void **desc, size_t count, void **out);
+struct fabsim_bounce *fabsim_bounce_new(struct fabsim_domain *dom,
+					const struct iovec *iov, size_t count,
+					void *ctx);
+void fabsim_bounce_drop(struct fabsim_domain *dom, struct fabsim_bounce *b);
+ssize_t fabsim_check_post(struct fabsim_ep *ep, const struct iovec *iov,
+			  void **desc, size_t count, uint64_t flags,
+			  uint64_t data, const char *op);
+ssize_t fabsim_check_inject(struct fabsim_ep *ep, size_t len, const char *op);
+void fabsim_scribble(struct fabsim_ep *ep, void *context);
+
+/* rma.c */
+extern struct fi_ops_rma fabsim_rma_ops;
+void fabsim_ep_progress(struct fabsim_ep *ep);
 
 /* stubs */
 int fabsim_no_bind(struct fid *fid, struct fid *bfid, uint64_t flags);

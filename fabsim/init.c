@@ -54,26 +54,56 @@ int fabsim_no_ops_open(struct fid *fid, const char *name, uint64_t flags,
 	return -FI_ENOSYS;
 }
 
-/* an efa address is 32 bytes; ours carries the core's sockaddr_in first */
+/*
+ * A profile address carries the core's sockaddr_in.  efa and psm3 addresses
+ * (32 bytes) hold it whole, zero-padded; opx and cxi addresses are 8 bytes,
+ * which hold the IPv4 address and the port (bytes 0-3 and 4-5, network
+ * order): enough for 127.0.0.1, the only place the simulation runs.
+ */
+#define PACKED_LEN	6
+
 int fabsim_addr_to_core(const void *addr, size_t len, void *out, size_t *outlen)
 {
-	if (len < sizeof(struct sockaddr_in) || *outlen < sizeof(struct sockaddr_in))
+	struct sockaddr_in sin;
+
+	if (*outlen < sizeof(sin))
 		return -FI_EINVAL;
-	memcpy(out, addr, sizeof(struct sockaddr_in));
-	*outlen = sizeof(struct sockaddr_in);
+	if (fabsim_profile->addrlen >= sizeof(sin)) {
+		if (len < sizeof(sin))
+			return -FI_EINVAL;
+		memcpy(out, addr, sizeof(sin));
+	} else {
+		if (len < PACKED_LEN)
+			return -FI_EINVAL;
+		memset(&sin, 0, sizeof(sin));
+		sin.sin_family = AF_INET;
+		memcpy(&sin.sin_addr, addr, 4);
+		memcpy(&sin.sin_port, (const char *)addr + 4, 2);
+		memcpy(out, &sin, sizeof(sin));
+	}
+	*outlen = sizeof(sin);
 	return 0;
 }
 
 int fabsim_addr_from_core(const void *addr, size_t len, void *out, size_t *outlen)
 {
 	size_t need = fabsim_profile->addrlen;
+	struct sockaddr_in sin;
 
 	if (*outlen < need) {
 		*outlen = need;
 		return -FI_ETOOSMALL;
 	}
 	memset(out, 0, need);
-	memcpy(out, addr, len < need ? len : need);
+	if (need >= sizeof(sin)) {
+		memcpy(out, addr, len < need ? len : need);
+	} else {
+		if (len < sizeof(sin))
+			return -FI_EINVAL;
+		memcpy(&sin, addr, sizeof(sin));
+		memcpy(out, &sin.sin_addr, 4);
+		memcpy((char *)out + 4, &sin.sin_port, 2);
+	}
 	*outlen = need;
 	return 0;
 }
@@ -109,19 +139,23 @@ static int refuse(const struct fi_info *hints, const char *why)
 	return -FI_ENODATA;
 }
 
-static int mr_mode_needed(uint64_t caps)
+static size_t max_cq_data(void)
 {
-	if (!caps || caps & (FI_RMA | FI_ATOMIC))
-		return fabsim_profile->mr_mode;
-	return 0;
+	const struct fabsim_profile *p = fabsim_profile;
+	size_t i, m = 0;
+
+	for (i = 0; i < p->n_variants; i++)
+		if (p->variants[i].cq_data_size > m)
+			m = p->variants[i].cq_data_size;
+	return m;
 }
 
-/* the real provider's getinfo checks (efa_user_info_check_hints_addr(),
- * ofi_check_info() as called from efa_user_info.c) */
+/* the real providers' getinfo checks (ofi_check_info() as efa and psm3 call
+ * it, fi_opx_check_info(), cxip_getinfo()); the profile's mr_grant decides
+ * the MR mode */
 static int check_hints(const struct fi_info *h, const struct fabsim_config *cfg)
 {
 	const struct fabsim_profile *p = fabsim_profile;
-	int um, need;
 
 	if (!h)
 		return 0;
@@ -143,13 +177,10 @@ static int check_hints(const struct fi_info *h, const struct fabsim_config *cfg)
 			return refuse(h, "scalable endpoints");
 	}
 	if (h->domain_attr) {
-		um = h->domain_attr->mr_mode;
-		need = mr_mode_needed(h->caps);
-		if (um & FI_MR_SCALABLE)
-			return refuse(h, "FI_MR_SCALABLE");
-		if (!(um & FI_MR_BASIC) && um != FI_MR_UNSPEC && (um & need) != need)
-			return refuse(h, "mr_mode lacks FI_MR_VIRT_ADDR|FI_MR_ALLOCATED|FI_MR_PROV_KEY");
-		if (h->domain_attr->cq_data_size > cfg->cq_data_size)
+		if (p->mr_grant(h->domain_attr->mr_mode, h->caps) < 0)
+			return refuse(h, "mr_mode: the hints do not grant what the provider needs");
+		if (h->domain_attr->cq_data_size > cfg->cq_data_size ||
+		    h->domain_attr->cq_data_size > max_cq_data())
 			return refuse(h, "cq_data_size");
 		if (h->domain_attr->mr_key_size > p->mr_key_size)
 			return refuse(h, "mr_key_size");
@@ -163,7 +194,7 @@ static int check_hints(const struct fi_info *h, const struct fabsim_config *cfg)
 		if (h->tx_attr->msg_order & ~p->msg_order)
 			return refuse(h, "tx msg_order beyond the profile's");
 		if (h->tx_attr->comp_order & ~p->comp_order)
-			return refuse(h, "tx comp_order beyond FI_ORDER_NONE");
+			return refuse(h, "tx comp_order beyond the profile's");
 		if (h->tx_attr->inject_size > p->inject_size)
 			return refuse(h, "inject_size");
 		if (h->tx_attr->iov_limit > p->tx_iov_limit)
@@ -177,7 +208,7 @@ static int check_hints(const struct fi_info *h, const struct fabsim_config *cfg)
 		if (h->rx_attr->msg_order & ~p->msg_order)
 			return refuse(h, "rx msg_order beyond the profile's");
 		if (h->rx_attr->comp_order & ~p->comp_order)
-			return refuse(h, "rx comp_order beyond FI_ORDER_NONE");
+			return refuse(h, "rx comp_order beyond the profile's");
 		if (h->rx_attr->iov_limit > p->rx_iov_limit)
 			return refuse(h, "rx iov_limit");
 		if (h->rx_attr->total_buffered_recv)
@@ -223,10 +254,12 @@ int fabsim_core_hints(const struct fi_info *hints, struct fi_info **core_hints_p
 
 static struct fi_info *profile_info(const struct fi_info *core,
 				    const struct fi_info *hints,
-				    const struct fabsim_config *cfg)
+				    const struct fabsim_config *cfg,
+				    const struct fabsim_variant *v)
 {
 	const struct fabsim_profile *p = fabsim_profile;
 	struct fi_info *i = fi_allocinfo();
+	enum fi_progress prog;
 	bool rma;
 
 	if (!i)
@@ -271,29 +304,31 @@ static struct fi_info *profile_info(const struct fi_info *core,
 	i->ep_attr->protocol = p->protocol;
 	i->ep_attr->protocol_version = p->protocol_version;
 	i->ep_attr->max_msg_size = cfg->max_msg_size;
-	i->ep_attr->mem_tag_format = p->mem_tag_format;
+	i->ep_attr->mem_tag_format = v->mem_tag_format;
 	i->ep_attr->tx_ctx_cnt = 1;
 	i->ep_attr->rx_ctx_cnt = 1;
 
 	i->domain_attr->name = strdup(core->domain_attr->name);
 	i->domain_attr->caps = p->domain_caps;
 	i->domain_attr->threading = p->threading;
-	i->domain_attr->control_progress = rma ? p->rma_progress : p->progress;
-	i->domain_attr->data_progress = rma ? p->rma_progress : p->progress;
+	prog = rma ? p->rma_progress : p->progress;
+	/* psm3 (psmx3_alter_prov_info()) and opx (fi_opx_getinfo()) give
+	 * FI_PROGRESS_AUTO when asked: they have a progress thread */
+	if (p->auto_ok && hints && hints->domain_attr &&
+	    hints->domain_attr->data_progress == FI_PROGRESS_AUTO)
+		prog = FI_PROGRESS_AUTO;
+	i->domain_attr->control_progress = prog;
+	i->domain_attr->data_progress = prog;
 	i->domain_attr->resource_mgmt = FI_RM_ENABLED;
 	i->domain_attr->av_type = hints && hints->domain_attr &&
 				  hints->domain_attr->av_type != FI_AV_UNSPEC ?
-				  hints->domain_attr->av_type : FI_AV_TABLE;
-	if (hints && hints->domain_attr &&
-	    (hints->domain_attr->mr_mode & FI_MR_BASIC))
-		i->domain_attr->mr_mode = FI_MR_BASIC;
-	else
-		i->domain_attr->mr_mode = mr_mode_needed(i->caps);
-	if (hints && hints->domain_attr &&
-	    (hints->domain_attr->mr_mode & FI_MR_LOCAL))
-		i->domain_attr->mr_mode |= FI_MR_LOCAL;
+				  hints->domain_attr->av_type : p->av_type;
+	i->domain_attr->mr_mode = p->mr_grant(hints && hints->domain_attr ?
+					      hints->domain_attr->mr_mode :
+					      FI_MR_UNSPEC, i->caps);
 	i->domain_attr->mr_key_size = p->mr_key_size;
-	i->domain_attr->cq_data_size = cfg->cq_data_size;
+	i->domain_attr->cq_data_size = v->cq_data_size < cfg->cq_data_size ?
+				       v->cq_data_size : cfg->cq_data_size;
 	i->domain_attr->cq_cnt = core->domain_attr->cq_cnt;
 	i->domain_attr->ep_cnt = core->domain_attr->ep_cnt;
 	i->domain_attr->tx_ctx_cnt = core->domain_attr->tx_ctx_cnt;
@@ -328,8 +363,10 @@ static int fabsim_getinfo(uint32_t version, const char *node,
 			  const char *service, uint64_t flags,
 			  const struct fi_info *hints, struct fi_info **info)
 {
+	const struct fabsim_profile *p = fabsim_profile;
 	struct fabsim_config cfg;
 	struct fi_info *ch, *core = NULL, *c, *head = NULL, **tail = &head, *i;
+	size_t k, hint_data;
 	int ret;
 
 	fabsim_config_load(&cfg);
@@ -343,16 +380,23 @@ static int fabsim_getinfo(uint32_t version, const char *node,
 	fi_freeinfo(ch);
 	if (ret)
 		return ret;
-	for (c = core; c; c = c->next) {
+	hint_data = hints && hints->domain_attr ? hints->domain_attr->cq_data_size : 0;
+	for (c = core; c && !ret; c = c->next) {
 		if (c->addr_format != FI_SOCKADDR_IN || !sim_device(c))
 			continue;
-		i = profile_info(c, hints, &cfg);
-		if (!i) {
-			ret = -FI_ENOMEM;
-			break;
+		/* psm3: the tag64 instance (no CQ data) only when the hints
+		 * ask no cq_data_size (psmx3_init_prov_info()) */
+		for (k = 0; k < p->n_variants; k++) {
+			if (hint_data > p->variants[k].cq_data_size)
+				continue;
+			i = profile_info(c, hints, &cfg, &p->variants[k]);
+			if (!i) {
+				ret = -FI_ENOMEM;
+				break;
+			}
+			*tail = i;
+			tail = &i->next;
 		}
-		*tail = i;
-		tail = &i->next;
 	}
 	fi_freeinfo(core);
 	if (ret) {
@@ -380,7 +424,7 @@ static int fabsim_eq_open(struct fid_fabric *fabric, struct fi_eq_attr *attr,
 {
 	struct fabsim_fabric *f = (struct fabsim_fabric *)fabric;
 
-	/* EQs are the core's own (efa: util EQ, as here) */
+	/* EQs are the core's own (efa, psm3 and cxi: util EQ, as here) */
 	return fi_eq_open(f->core, attr, eq, context);
 }
 
@@ -388,7 +432,8 @@ static int fabsim_wait_open(struct fid_fabric *fabric, struct fi_wait_attr *attr
 			    struct fid_wait **waitset)
 {
 	(void)fabric; (void)attr; (void)waitset;
-	FABSIM_WARN(FI_LOG_FABRIC, "wait sets refused: efa has no wait objects\n");
+	FABSIM_WARN(FI_LOG_FABRIC, "wait sets refused: not simulated (%s)\n",
+		    fabsim_profile->name);
 	return -FI_ENOSYS;
 }
 

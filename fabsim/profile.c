@@ -1,7 +1,7 @@
 /*
- * fabsim profiles: the published attributes of a hardware provider and the
- * rules it enforces.  One profile per built library (-DFABSIM_PROFILE_EFA).
- * Every value names its source in libfabric v1.17.0.
+ * fabsim profiles: what every profile shares (rule names, the environment,
+ * the core's MR mode).  Each profile's attributes are in its own file,
+ * fabsim/profile_<name>.c, linked into libsim_<name>-fi.so.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -20,90 +20,10 @@ static const char *const rule_names[FABSIM_RULE_COUNT] = {
 	[FABSIM_RULE_EAGAIN] = "eagain",
 	[FABSIM_RULE_MANUAL] = "manual",
 	[FABSIM_RULE_CTX] = "ctx",
+	[FABSIM_RULE_MR_ENDPOINT] = "mr_endpoint",
+	[FABSIM_RULE_OFFSET] = "offset",
 };
 
-#if defined(FABSIM_PROFILE_EFA)
-/*
- * efa RDM endpoint, libfabric v1.17.0 (prov/efa/src):
- *  caps        efa_prov_info.c EFA_RDM_CAPS + efa_prov_info_alloc_for_rxr()
- *              rxr_added_{tx,rx}_caps (FI_ATOMIC left out: not wrapped here)
- *  mode        efa_rdm_{tx,rx}_attr .mode = 0 (EFA_RX_MODE 0): no FI_CONTEXT
- *  op_flags    efa_prov_info_alloc_for_rxr(): tx FI_INJECT|FI_COMPLETION|
- *              FI_TRANSMIT_COMPLETE|FI_DELIVERY_COMPLETE; rx FI_COMPLETION|
- *              FI_MULTI_RECV
- *  msg_order   efa_prov_info_alloc_for_rxr(): FI_ORDER_SAS|ATOMIC_{RAR,RAW,
- *              WAR,WAW} (no SAW, RAW, WAW for RMA)
- *  comp_order  efa_rdm_{tx,rx}_attr: FI_ORDER_NONE
- *  mr_mode     efa_domain_attr OFI_MR_BASIC_MAP|FI_MR_LOCAL, FI_MR_LOCAL
- *              cleared by efa_prov_info_alloc_for_rxr(), set again by
- *              efa_user_info_alter_rxr() when the hints ask for it
- *  mr_key_size efa_domain_attr: sizeof(ibv_sge.lkey) = 4
- *  cq_data     rxr.h RXR_CQ_DATA_SIZE 8
- *  inject_size efa_prov_info_alloc_for_rxr(): MIN(device max_msg_sz,
- *              shm_max_medium_size 4096) - rxr_pkt_max_hdr_size() (168, from
- *              rdm_proto_v4.h header sizes) = 3928 with shm on (the default)
- *  max_msg     efa_prov_info_alloc_for_rxr(): UINT64_MAX (segmentation)
- *  iov_limit   rxr_op_entry.h RXR_IOV_LIMIT 4 (tx and rx); rma_iov_limit 1
- *              (efa_rdm_tx_attr); mr_iov_limit EFA_MR_IOV_LIMIT 1
- *  threading   efa_prov_info_alloc_for_rxr(): FI_THREAD_SAFE
- *  progress    efa_domain_attr AUTO, MANUAL when FI_RMA is asked
- *              (efa_user_info_alter_rxr()); fi_efa(7): really manual
- *  addr        FI_ADDR_EFA, EFA_EP_ADDR_LEN 32 (efa_prov_info_alloc())
- *  protocol    FI_PROTO_EFA, RXR_PROTOCOL_VERSION 4, FI_TAG_GENERIC
- *  wait        rxr_cq.c rxr_cq_open(): wait_obj != FI_WAIT_NONE -> -FI_ENOSYS
- *  eagain      rxr_msg.c / rxr_rma.c: -FI_EAGAIN when tx entries or packets
- *              run out; the 1-in-64 rate is ours
- */
-static const struct fabsim_profile profile_efa = {
-	.name = "efa",
-	.prov_name = "sim_efa",
-	.caps = FI_MSG | FI_TAGGED | FI_RMA | FI_SEND | FI_RECV | FI_READ |
-		FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE | FI_SOURCE |
-		FI_MULTI_RECV | FI_DIRECTED_RECV | FI_LOCAL_COMM |
-		FI_REMOTE_COMM,
-	.tx_caps = FI_MSG | FI_TAGGED | FI_RMA | FI_SEND | FI_READ | FI_WRITE,
-	.rx_caps = FI_MSG | FI_TAGGED | FI_RMA | FI_RECV | FI_REMOTE_READ |
-		   FI_REMOTE_WRITE | FI_SOURCE | FI_MULTI_RECV |
-		   FI_DIRECTED_RECV,
-	.domain_caps = FI_LOCAL_COMM | FI_REMOTE_COMM,
-	.mode = 0,
-	.tx_op_flags = FI_INJECT | FI_COMPLETION | FI_TRANSMIT_COMPLETE |
-		       FI_DELIVERY_COMPLETE,
-	.rx_op_flags = FI_COMPLETION | FI_MULTI_RECV,
-	.msg_order = FI_ORDER_SAS | FI_ORDER_ATOMIC_RAR | FI_ORDER_ATOMIC_RAW |
-		     FI_ORDER_ATOMIC_WAR | FI_ORDER_ATOMIC_WAW,
-	.comp_order = FI_ORDER_NONE,
-	.mr_mode = FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY,
-	.mr_key_size = 4,
-	.cq_data_size = 8,
-	.inject_size = 3928,
-	.max_msg_size = UINT64_MAX,
-	.tx_iov_limit = 4,
-	.rx_iov_limit = 4,
-	.rma_iov_limit = 1,
-	.mr_iov_limit = 1,
-	.threading = FI_THREAD_SAFE,
-	.progress = FI_PROGRESS_AUTO,
-	.rma_progress = FI_PROGRESS_MANUAL,
-	.addr_format = FI_ADDR_EFA,
-	.addrlen = 32,
-	.protocol = FI_PROTO_EFA,
-	.protocol_version = 4,
-	.mem_tag_format = 0xAAAAAAAAAAAAAAAAull,	/* FI_TAG_GENERIC (ofi internal) */
-	.wait_err = -FI_ENOSYS,
-	.eagain_one_in = 64,
-	/* mr_local and ctx are not efa 1.17 behaviour: FABSIM_ON= turns them on */
-	.rules = FABSIM_BIT(FABSIM_RULE_WAIT) | FABSIM_BIT(FABSIM_RULE_INJECT) |
-		 FABSIM_BIT(FABSIM_RULE_MSG_SIZE) |
-		 FABSIM_BIT(FABSIM_RULE_CQ_DATA) |
-		 FABSIM_BIT(FABSIM_RULE_COMP_ORDER) |
-		 FABSIM_BIT(FABSIM_RULE_SAW) | FABSIM_BIT(FABSIM_RULE_EAGAIN) |
-		 FABSIM_BIT(FABSIM_RULE_MANUAL),
-};
-const struct fabsim_profile *fabsim_profile = &profile_efa;
-#else
-#error "set FABSIM_PROFILE (efa is the only profile so far)"
-#endif
 
 const char *fabsim_rule_name(enum fabsim_rule r)
 {
@@ -166,6 +86,24 @@ void fabsim_config_load(struct fabsim_config *cfg)
 				     fabsim_profile->cq_data_size);
 	cfg->max_msg_size = env_size("FABSIM_MAX_MSG_SIZE",
 				     fabsim_profile->max_msg_size);
+}
+
+/*
+ * The core's MR mode for the mode granted to the consumer.  Without
+ * FI_MR_VIRT_ADDR the core's util MR map (ofi_mr_map_insert()) stores the
+ * region's base and ofi_mr_map_verify() adds it to the remote address: the
+ * core itself then takes offsets, across processes.  Without FI_MR_PROV_KEY
+ * it keeps the consumer's requested_key (-FI_ENOKEY when taken).
+ */
+int fabsim_core_mr_mode(int granted)
+{
+	int core = FI_MR_ALLOCATED;
+
+	if (granted & (FI_MR_BASIC | FI_MR_VIRT_ADDR))
+		core |= FI_MR_VIRT_ADDR;
+	if (granted & (FI_MR_BASIC | FI_MR_PROV_KEY))
+		core |= FI_MR_PROV_KEY;
+	return core;
 }
 
 bool fabsim_rule_on(const struct fabsim_config *cfg, enum fabsim_rule r)
