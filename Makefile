@@ -201,6 +201,9 @@ $(DATCONF): Makefile | $(LIB)
 	  echo "ofi-rxd-lo u2.0 nonthreadsafe default $(abspath $(LIB)) dapl.2.0 \"udp;ofi_rxd lo\" \"\""; \
 	  echo "# simulated hardware providers: with FI_PROVIDER_PATH=$(abspath $(B))/fabsim (fabsim/)"; \
 	  echo "ofi-sim-efa u2.0 nonthreadsafe default $(abspath $(LIB)) dapl.2.0 \"sim_efa lo\" \"\""; \
+	  echo "ofi-sim-psm3 u2.0 nonthreadsafe default $(abspath $(LIB)) dapl.2.0 \"sim_psm3 lo\" \"\""; \
+	  echo "ofi-sim-opx u2.0 nonthreadsafe default $(abspath $(LIB)) dapl.2.0 \"sim_opx lo\" \"\""; \
+	  echo "ofi-sim-cxi u2.0 nonthreadsafe default $(abspath $(LIB)) dapl.2.0 \"sim_cxi lo\" \"\""; \
 	  echo "# deliberately broken entries, used by the tests"; \
 	  echo "ofi-bad-params u2.0 nonthreadsafe default $(abspath $(LIB)) dapl.2.0 \"tcp\" \"\""; \
 	  echo "ofi-bad-prov u2.0 nonthreadsafe default $(abspath $(LIB)) dapl.2.0 \"nosuchprov lo\" \"\""; \

@@ -294,7 +294,7 @@ int fabsim_domain_open(struct fid_fabric *fabric, struct fi_info *info,
 	struct fabsim_fabric *f = (struct fabsim_fabric *)fabric;
 	struct fabsim_domain *d;
 	struct fi_info *h, *core = NULL;
-	int ret;
+	int mr_mode, ret;
 
 	ret = fabsim_core_hints(info, &h);
 	if (ret)
@@ -313,7 +313,10 @@ int fabsim_domain_open(struct fid_fabric *fabric, struct fi_info *info,
 	}
 	/* the core's util MR map takes virtual addresses or offsets, makes
 	 * keys or takes the consumer's, as the profile grants */
-	core->domain_attr->mr_mode = fabsim_core_mr_mode(info->domain_attr->mr_mode);
+	mr_mode = fabsim_profile->mr_at_domain ?
+		  fabsim_profile->mr_at_domain(info->domain_attr->mr_mode) :
+		  info->domain_attr->mr_mode;
+	core->domain_attr->mr_mode = fabsim_core_mr_mode(mr_mode);
 	ret = fi_domain(f->core, core, &d->core, context);
 	if (ret) {
 		FABSIM_WARN(FI_LOG_DOMAIN, "core fi_domain: %s\n", fi_strerror(-ret));
@@ -324,7 +327,7 @@ int fabsim_domain_open(struct fid_fabric *fabric, struct fi_info *info,
 	d->core_info = core;
 	d->fab = f;
 	fabsim_config_load(&d->cfg);
-	d->mr_mode = info->domain_attr->mr_mode;
+	d->mr_mode = mr_mode;
 	d->offset = !(d->mr_mode & (FI_MR_BASIC | FI_MR_VIRT_ADDR));
 	if (info->domain_attr->cq_data_size < d->cfg.cq_data_size)
 		d->cfg.cq_data_size = info->domain_attr->cq_data_size;

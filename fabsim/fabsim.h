@@ -73,6 +73,9 @@ struct fabsim_profile {
 	uint64_t msg_order, comp_order;
 	/* mr_mode granted for the hints' mr_mode and caps, -1: refused */
 	int (*mr_grant)(int hint_mode, uint64_t caps);
+	/* what fi_domain makes of the info's mr_mode, which the consumer may
+	 * have changed since fi_getinfo (NULL: taken as it is) */
+	int (*mr_at_domain)(int info_mode);
 	size_t mr_key_size, cq_data_size, inject_size;
 	const struct fabsim_variant *variants;	/* in getinfo order */
 	size_t n_variants;

@@ -54,6 +54,17 @@ static int psm3_mr_grant(int hm, uint64_t caps)
 	return 0;
 }
 
+/*
+ * psmx3_domain_open(): mr_mode = (info mr_mode & FI_MR_BASIC) ? FI_MR_BASIC
+ * : 0.  Whatever else the consumer writes into the info (VIRT_ADDR,
+ * PROV_KEY) is ignored: without BASIC, remote addresses are offsets and
+ * keys the consumer's (psmx3_mr_reserve_key(): the requested key).
+ */
+static int psm3_mr_at_domain(int info_mode)
+{
+	return (info_mode & FI_MR_BASIC) ? FI_MR_BASIC : 0;
+}
+
 #define PSM3_TAG_GENERIC	0xAAAAAAAAAAAAAAAAull
 
 static const struct fabsim_variant psm3_variants[] = {
@@ -84,6 +95,7 @@ static const struct fabsim_profile profile_psm3 = {
 		     FI_ORDER_ATOMIC_WAW,
 	.comp_order = FI_ORDER_NONE,
 	.mr_grant = psm3_mr_grant,
+	.mr_at_domain = psm3_mr_at_domain,
 	.mr_key_size = 8,
 	.cq_data_size = 4,
 	.variants = psm3_variants,

@@ -18,6 +18,8 @@ static DAT_RETURN ep_attr_resolve(struct dfi_ia *ia, const DAT_EP_ATTR *in, DAT_
 	const struct dfi_fabric_limits *l = dfi_fabric_limits(ia->fab);
 	DAT_COUNT max_dtos = (DAT_COUNT)(l->tx_size < l->rx_size ? l->tx_size : l->rx_size);
 	DAT_COUNT max_iov = (DAT_COUNT)(l->iov_limit > DFI_MAX_SGE ? DFI_MAX_SGE : l->iov_limit);
+	DAT_COUNT max_riov = (DAT_COUNT)(l->rx_iov_limit > (size_t)max_iov ? (size_t)max_iov :
+					 l->rx_iov_limit);
 	DAT_SEG_LENGTH max_msg = l->max_msg_size > 0x80000000u ? 0x80000000u :
 				 (DAT_SEG_LENGTH)l->max_msg_size;
 
@@ -47,7 +49,7 @@ static DAT_RETURN ep_attr_resolve(struct dfi_ia *ia, const DAT_EP_ATTR *in, DAT_
 	if (!a->max_request_dtos)
 		a->max_request_dtos = DFI_EP_DEFAULT_DTOS;
 	if (!a->max_recv_iov)
-		a->max_recv_iov = DFI_EP_DEFAULT_IOV;
+		a->max_recv_iov = DFI_EP_DEFAULT_IOV < max_riov ? DFI_EP_DEFAULT_IOV : max_riov;
 	if (!a->max_request_iov)
 		a->max_request_iov = DFI_EP_DEFAULT_IOV;
 	if (!a->max_rdma_read_in)
@@ -63,6 +65,11 @@ static DAT_RETURN ep_attr_resolve(struct dfi_ia *ia, const DAT_EP_ATTR *in, DAT_
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG6),
 				  "EP DTO queues %d/%d exceed max_dto_per_ep %d",
 				  a->max_recv_dtos, a->max_request_dtos, max_dtos);
+	if (a->max_recv_iov > max_riov && max_riov < max_iov)
+		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG6),
+				  "EP max_recv_iov %d: libfabric %s takes %d segments a receive "
+				  "(max_iov_segments_per_dto)", a->max_recv_iov, l->prov_name,
+				  max_riov);
 	if (a->max_recv_iov < 0 || a->max_recv_iov > max_iov || a->max_request_iov < 0 ||
 	    a->max_request_iov > max_iov || a->max_rdma_read_iov < 0 ||
 	    a->max_rdma_read_iov > max_iov || a->max_rdma_write_iov < 0 ||

@@ -175,7 +175,8 @@ err_ia:
 static void fill_ia_attr(struct dfi_ia *ia, DAT_IA_ATTR *a)
 {
 	const struct dfi_fabric_limits *l = dfi_fabric_limits(ia->fab);
-	DAT_COUNT iov = l->iov_limit > DFI_MAX_SGE ? DFI_MAX_SGE : (DAT_COUNT)l->iov_limit;
+	size_t both = l->iov_limit < l->rx_iov_limit ? l->iov_limit : l->rx_iov_limit;
+	DAT_COUNT iov = both > DFI_MAX_SGE ? DFI_MAX_SGE : (DAT_COUNT)both;
 	DAT_COUNT dtos = (DAT_COUNT)(l->tx_size < l->rx_size ? l->tx_size : l->rx_size);
 	DAT_SEG_LENGTH maxmsg = l->max_msg_size > 0x80000000u ? 0x80000000u :
 				(DAT_SEG_LENGTH)l->max_msg_size;

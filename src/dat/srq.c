@@ -139,11 +139,11 @@ DAT_RETURN dfi_srq_create(DAT_IA_HANDLE h, DAT_PZ_HANDLE pzh, DAT_SRQ_ATTR *attr
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3),
 				  "SRQ max_recv_dtos %d out of range 1..%d", attr->max_recv_dtos,
 				  DFI_MAX_RECV_PER_SRQ);
-	if (attr->max_recv_iov <= 0 || (size_t)attr->max_recv_iov > l->iov_limit ||
+	if (attr->max_recv_iov <= 0 || (size_t)attr->max_recv_iov > l->rx_iov_limit ||
 	    attr->max_recv_iov > 4)
 		return DFI_REJECT(DFI_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3),
 				  "SRQ max_recv_iov %d out of range 1..%zu", attr->max_recv_iov,
-				  l->iov_limit < 4 ? l->iov_limit : (size_t)4);
+				  l->rx_iov_limit < 4 ? l->rx_iov_limit : (size_t)4);
 	/* "The Consumer must set low_watermark to DAT_SRQ_LW_DEFAULT" (an
 	 * empty SRQ would be below any other at once); dat_srq_set_lw sets it. */
 	if (attr->low_watermark != DAT_SRQ_LW_DEFAULT)

@@ -32,11 +32,13 @@ int dfi_fabric_open(const char *prov, const struct sockaddr_in *addr, const char
 	 * tcp;ofi_rxm opens its core's domain with the core's own mode (0)
 	 * unless asked for the legacy FI_MR_BASIC, which it hands down as it
 	 * is (rxm_info_to_core_mr_modes): virtual addresses, keys the core
-	 * returns.  A provider that names its own mode keeps it (shm: virtual
+	 * returns.  psm3 (and psm2) likewise: psmx3_domain_open looks at
+	 * FI_MR_BASIC alone, and without it takes offsets and the consumer's
+	 * keys.  A provider that names its own mode keeps it (shm: virtual
 	 * addresses, keys of ours, mr.c). */
 	if (!f->info->domain_attr->mr_mode)
-		f->info->domain_attr->mr_mode = strstr(prov, "ofi_rxm") ? FI_MR_BASIC :
-						FI_MR_VIRT_ADDR | FI_MR_PROV_KEY;
+		f->info->domain_attr->mr_mode = strstr(prov, "ofi_rxm") || strstr(prov, "psm") ?
+						FI_MR_BASIC : FI_MR_VIRT_ADDR | FI_MR_PROV_KEY;
 	if (f->info->domain_attr->mr_mode != FI_MR_BASIC &&
 	    !(f->info->domain_attr->mr_mode & FI_MR_VIRT_ADDR)) {
 		snprintf(err, errlen, "libfabric provider '%s' addresses remote memory by "

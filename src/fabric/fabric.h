@@ -23,7 +23,8 @@ struct dfi_mr;
 enum dfi_ep_kind { DFI_EP_ANY, DFI_EP_MSG, DFI_EP_RDM };
 
 struct dfi_fabric_limits {
-	size_t iov_limit;		/* local IOVs per message */
+	size_t iov_limit;		/* local IOVs per request */
+	size_t rx_iov_limit;		/* and per receive (psm3: 13 and 1) */
 	size_t rma_iov_limit;
 	size_t tx_size, rx_size;	/* queue depths granted */
 	uint64_t max_msg_size;

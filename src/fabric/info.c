@@ -254,6 +254,7 @@ void dfi_fabric_fill_limits(const struct fi_info *i, bool atomics, struct dfi_fa
 	l->op_ctx = ((i->mode | i->tx_attr->mode | i->rx_attr->mode) &
 		     (FI_CONTEXT | FI_CONTEXT2)) != 0;
 	l->iov_limit = i->tx_attr->iov_limit;
+	l->rx_iov_limit = i->rx_attr->iov_limit;
 	l->rma_iov_limit = i->tx_attr->rma_iov_limit;
 	l->tx_size = i->tx_attr->size;
 	l->rx_size = i->rx_attr->size;
