@@ -45,7 +45,6 @@
 #include <dat2/udat.h>
 #include <dat2/udat_redirection.h>	/* struct dat_provider: the DAT 2.0 calls */
 
-#include <dat2/dat_ib_extensions.h>	/* DAT_IB_ATTR_IMMED_DATA */
 #include <dat2/dapl_ofi.h>
 
 #include "dat_test.h"
@@ -5315,13 +5314,8 @@ static void test_send_with_invalidate(void **state)
 	DAT_RMR_PARAM rp;
 
 	watchdog(__func__, 60);
-	/* the RMR context rides as remote CQ data, which the fabric must carry
-	 * (psm3's first info has none): the IA says so, as for immediate data */
-	if (!ia_attr_is(p->c.ia, DAT_IB_ATTR_IMMED_DATA, "TRUE")) {
-		print_message("# skipped: the IA carries no remote CQ data (%s is not TRUE)\n",
-			      DAT_IB_ATTR_IMMED_DATA);
-		skip();
-	}
+	/* the RMR context rides as remote CQ data */
+	SKIP_WITHOUT_CQ_DATA(p->c.ia);
 	establish(p);
 	assert_ok(dat_rmr_create(p->s.pz, &rmr));
 	t = seg(&p->s, 65536, 4096);

@@ -286,7 +286,11 @@ static void test_ib_reported(void **state)
 	assert_ok(dat_ia_query(p->c.ia, NULL, DAT_IA_FIELD_ALL, &a, 0, NULL));
 	assert_int_equal(a.extension_supported, DAT_EXTENSION_IB);
 	assert_int_equal(a.extension_version, DAT_IB_EXTENSION_VERSION);
-	assert_string_equal(prov_attr(p->c.ia, DAT_IB_ATTR_IMMED_DATA), "TRUE");
+	/* FALSE where the fabric carries less than 8 bytes of remote CQ
+	 * data (psm3, opx): test_write_immed checks that it is refused then */
+	assert_non_null(prov_attr(p->c.ia, DAT_IB_ATTR_IMMED_DATA));
+	assert_true(!strcmp(prov_attr(p->c.ia, DAT_IB_ATTR_IMMED_DATA), "TRUE") ||
+		    !strcmp(prov_attr(p->c.ia, DAT_IB_ATTR_IMMED_DATA), "FALSE"));
 	assert_string_equal(prov_attr(p->c.ia, DAT_IB_ATTR_COUNTERS), "TRUE");
 	/* not served, so not claimed (dtestx skips what is absent): the
 	 * atomics are there only where the libfabric provider has FI_ATOMIC
@@ -334,6 +338,13 @@ static void test_write_immed(void **state)
 	assert_ok(post_recv1(&p->s, 256, 256, 2));
 	assert_ok(post_recv1(&p->s, 512, 256, 3));
 	establish(p);
+	if (strcmp(prov_attr(p->c.ia, DAT_IB_ATTR_IMMED_DATA), "TRUE")) {
+		/* what the IA reports is what it does */
+		assert_err(dat_ib_post_rdma_write_immed(p->c.ep, 2, l, ck(0x9999), &r,
+							0xabcd1234u, DAT_COMPLETION_DEFAULT_FLAG),
+			   DAT_NOT_IMPLEMENTED);
+		SKIP_WITHOUT_CQ_DATA(p->c.ia);
+	}
 
 	assert_ok(dat_ib_post_rdma_write_immed(p->c.ep, 2, l, ck(0x9999), &r, 0xabcd1234u,
 					       DAT_COMPLETION_DEFAULT_FLAG));
@@ -372,6 +383,7 @@ static void test_write_immed_srq(void **state)
 	DAT_RMR_TRIPLET r = rseg(&p->s, 4096, 300);
 
 	watchdog("test_write_immed_srq", 30);
+	SKIP_WITHOUT_CQ_DATA(p->c.ia);
 	for (int i = 0; i < 300; i++)
 		p->c.buf[i] = (uint8_t)(i + 3);
 	{
@@ -413,6 +425,7 @@ static void test_write_immed_bad_args(void **state)
 	DAT_EP_HANDLE dead;
 
 	watchdog("test_write_immed_bad_args", 30);
+	SKIP_WITHOUT_CQ_DATA(p->c.ia);
 	/* not connected yet */
 	assert_err(dat_ib_post_rdma_write_immed(p->c.ep, 1, &l, ck(1), &r, 1,
 						DAT_COMPLETION_DEFAULT_FLAG), DAT_INVALID_STATE);
@@ -455,6 +468,7 @@ static void test_counters(void **state)
 	DAT_UINT64 v = 99;
 
 	watchdog("test_counters", 30);
+	SKIP_WITHOUT_CQ_DATA(p->c.ia);	/* it counts a write with immediate data */
 	for (int i = 0; i < 4; i++)
 		assert_ok(post_recv1(&p->s, (size_t)i * 256, 256, (uint64_t)i));
 	establish(p);
