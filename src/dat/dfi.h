@@ -178,6 +178,10 @@ struct dfi_dto {
 	DAT_DTOS op;
 	bool suppress;			/* no event, the slot is freed */
 	bool ud;			/* a UD EP's (ud.c) */
+	/* a write with immediate data's write, on a fabric whose sends may
+	 * overtake writes: not a slot, its completion lets the notice go
+	 * (dto.c, post_write_imm) */
+	bool companion;
 	/* taken and its completion not read yet: a completion of a
 	 * descriptor not live is a provider's second one (dto.c) */
 	_Atomic bool live;
@@ -262,12 +266,19 @@ struct dfi_dto_pool {
 	 * [2i] what d[i]'s posts hand libfabric, [2i + 1] a write with
 	 * immediate data's write, which completes unreported (dto.c) */
 	struct dfi_opctx *octx;
+	/* on a fabric whose sends may overtake writes (writes_ahead): one per
+	 * slot, the write of a write with immediate data, and how many of them
+	 * are out (the pool stays while any is) */
+	struct dfi_dto *wimm;
+	_Atomic unsigned wimm_out;
 	struct dfi_dto_pool *next_zombie;
 	/* in the same allocation as the counts: a completion touches both */
 	struct dfi_dto d[];
 };
 
-/* The context d's posts and cancels hand the fabric (fabric.h). */
+/* The context d's posts and cancels hand the fabric (fabric.h); and the
+ * one of the write of a write with immediate data, whose completion is
+ * skipped (NULL) or, where sends may overtake writes, counted (wimm). */
 static inline void *dfi_dto_fctx(struct dfi_dto *d)
 {
 	struct dfi_dto_pool *p = d->pool;
@@ -275,6 +286,16 @@ static inline void *dfi_dto_fctx(struct dfi_dto *d)
 	if (__builtin_expect(!p->octx, 1))
 		return d;
 	return &p->octx[2 * (d - p->d)];
+}
+
+static inline void *dfi_dto_wimm_fctx(struct dfi_dto *d)
+{
+	struct dfi_dto_pool *p = d->pool;
+	long i = d - p->d;
+
+	if (p->octx)
+		return &p->octx[2 * i + 1];
+	return p->wimm ? &p->wimm[i] : NULL;
 }
 
 /* A receive posted to an SRQ: the context the libfabric completion hands

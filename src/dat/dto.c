@@ -47,20 +47,26 @@ struct dfi_dto_pool *dfi_dto_pool_new(int n, const struct dfi_fabric_limits *lim
 			return NULL;
 		}
 	}
-	if (lim->op_ctx && n > 0) {
-		p->octx = calloc(2 * (size_t)n, sizeof(*p->octx));
-		if (!p->octx) {
-			free(p->order);
-			dfi_arena_free(p);
-			return NULL;
-		}
+	if ((lim->op_ctx && n > 0 && !(p->octx = calloc(2 * (size_t)n, sizeof(*p->octx)))) ||
+	    (lim->writes_unordered && n > 0 && !(p->wimm = calloc((size_t)n, sizeof(*p->wimm))))) {
+		free(p->octx);
+		free(p->order);
+		dfi_arena_free(p);
+		return NULL;
 	}
 	p->n = n;
 	for (int i = 0; i < n; i++) {
 		p->d[i].pool = p;
 		p->d[i].next = i + 1 < n ? i + 1 : -1;
-		if (p->octx)
-			p->octx[2 * i].ctx = &p->d[i];	/* [2i + 1]: NULL */
+		if (p->wimm) {
+			p->wimm[i].pool = p;
+			p->wimm[i].op = DAT_DTO_RDMA_WRITE;
+			p->wimm[i].companion = true;
+		}
+		if (p->octx) {
+			p->octx[2 * i].ctx = &p->d[i];
+			p->octx[2 * i + 1].ctx = p->wimm ? &p->wimm[i] : NULL;
+		}
 	}
 	p->free_head = n ? 0 : -1;
 	atomic_init(&p->returned, -1);
@@ -74,6 +80,7 @@ static void pool_free(struct dfi_dto_pool *p)
 	free(p->order);
 	free(p->atom);
 	free(p->octx);
+	free(p->wimm);
 	dfi_arena_free(p);
 }
 
@@ -153,7 +160,8 @@ int dfi_dto_pool_posted(struct dfi_dto_pool *p)
 
 bool dfi_dto_pool_busy(struct dfi_dto_pool *p)
 {
-	return p && dfi_dto_pool_posted(p) > 0;
+	return p && (dfi_dto_pool_posted(p) > 0 ||
+		     atomic_load_explicit(&p->wimm_out, memory_order_acquire) > 0);
 }
 
 bool dfi_dto_pool_idle(struct dfi_dto_pool *p)
@@ -445,6 +453,25 @@ DFI_HOT static inline void fence_done(struct dfi_dto *d)
 		fence_kick(d);
 }
 
+/* The completion of a write with immediate data's write on a fabric whose
+ * sends may overtake writes (post_write_imm): one fewer write ahead of the
+ * EP's sends, and its notice may go.  Last, the count that keeps the pool. */
+static void wimm_done(struct dfi_dto *w, const struct dfi_comp *c)
+{
+	struct dfi_dto_pool *p = w->pool;
+
+	if (!atomic_exchange_explicit(&w->live, false, memory_order_relaxed))
+		return;		/* a provider's second completion */
+	if (!dto_orphan(w)) {
+		if (c->err)
+			dto_fault(w, c->err);
+		atomic_fetch_sub_explicit(&p->writes_out, 1, memory_order_acq_rel);
+		if (atomic_load_explicit(&p->fence_held, memory_order_acquire))
+			fence_kick(w);
+	}
+	atomic_fetch_sub_explicit(&p->wimm_out, 1, memory_order_release);
+}
+
 /* ------------------------------------------------------ completion order */
 
 /*
@@ -596,6 +623,10 @@ DFI_HOT static int cq_read(void *ctx, DAT_EVENT *ev, int max)
 			struct dfi_comp lost;
 			bool report, orphan;
 
+			if (__builtin_expect(d && d->companion, 0)) {
+				wimm_done(d, ci);
+				continue;
+			}
 			if (!d || !dto_take_live(d, ci))
 				continue;
 			/* a reported one's slot stays taken until the
@@ -665,6 +696,10 @@ DFI_HOT static int cq_read_one(void *ctx, DAT_EVENT *ev)
 		if (n <= 0)
 			return n;
 		d = c->ctx;
+		if (__builtin_expect(d && d->companion, 0)) {
+			wimm_done(d, c);
+			continue;
+		}
 		if (!d || !dto_take_live(d, c))
 			continue;
 		orphan = dto_orphan(d);
@@ -933,7 +968,10 @@ void dfi_ep_dto_orphan(struct dfi_ep *ep)
 		dfi_evq_source_detach(&recv->q, event_of_ep, ep);
 }
 
-enum post_kind { POST_SEND, POST_RECV, POST_WRITE, POST_READ, POST_WRITE_IMM, POST_SEND_INV };
+/* POST_IMM_NOTICE: a write with immediate data's notice, held behind its
+ * write where sends may overtake writes (post_write_imm) */
+enum post_kind { POST_SEND, POST_RECV, POST_WRITE, POST_READ, POST_WRITE_IMM, POST_SEND_INV,
+		 POST_IMM_NOTICE };
 
 /* A request that puts a message in the peer's receive: on a fabric whose
  * sends may overtake writes (writes_ahead), it waits for the EP's writes
@@ -984,15 +1022,57 @@ struct dfi_held {
  * as IB's does, and touches none of its bytes.  tcp 1.17's own fi_writedata
  * would not do: its target completion takes no receive and names no
  * endpoint on a CQ that several share.
+ *
+ * Where sends may overtake writes (writes_ahead: efa, psm3, opx, cxi), the
+ * notice would land before the data: the write goes under a descriptor of
+ * its own (the pool's wimm[], counted in writes_out as the EP's other
+ * writes), and the notice is held at the head of the EP's held requests,
+ * until the write's completion lets it go (wimm_done, fence_release), as a
+ * send behind writes is.  Its place among the pool's posts is taken then.
  */
+static int write_imm_held(struct dfi_ep *ep, const struct dfi_sge *sg, int n, uint64_t raddr,
+			  uint32_t rkey, uint32_t imm, struct dfi_dto *d)
+{
+	struct dfi_dto_pool *p = d->pool;
+	struct dfi_dto *w = &p->wimm[d - p->d];
+	struct dfi_held *h = malloc(sizeof(*h));
+	int rc;
+
+	if (!h)
+		return -ENOMEM;
+	*h = (struct dfi_held){ .kind = POST_IMM_NOTICE, .after_writes = true,
+				.idx = (int)(d - p->d), .imm = imm };
+	w->ep = d->ep;
+	atomic_store_explicit(&w->live, true, memory_order_relaxed);
+	atomic_fetch_add_explicit(&p->wimm_out, 1, memory_order_acq_rel);
+	atomic_fetch_add_explicit(&p->writes_out, 1, memory_order_acq_rel);
+	rc = dfi_post_write(ep->fep, sg, n, raddr, rkey, dfi_dto_wimm_fctx(d));
+	if (rc) {
+		atomic_fetch_sub_explicit(&p->writes_out, 1, memory_order_acq_rel);
+		atomic_store_explicit(&w->live, false, memory_order_relaxed);
+		atomic_fetch_sub_explicit(&p->wimm_out, 1, memory_order_release);
+		free(h);
+		return rc;
+	}
+	dfi_dto_order_untake(d);	/* the notice's, when it goes */
+	h->next = ep->held;
+	ep->held = h;
+	if (!h->next)
+		ep->held_tail = &h->next;
+	atomic_fetch_add_explicit(&p->fence_held, 1, memory_order_release);
+	return 0;
+}
+
 static int post_write_imm(struct dfi_ep *ep, const struct dfi_sge *sg, int n, uint64_t raddr,
 			  uint32_t rkey, uint32_t imm, struct dfi_dto *d)
 {
 	uint64_t data = dfi_imm_write((uint32_t)d->len, imm);
-	struct dfi_dto_pool *p = d->pool;
+	int rc;
+
+	if (d->pool->writes_ahead)
+		return write_imm_held(ep, sg, n, raddr, rkey, imm, d);
 	/* the write's completion, its context NULL, is skipped */
-	void *wctx = p->octx ? &p->octx[2 * (d - p->d) + 1] : NULL;
-	int rc = dfi_post_write(ep->fep, sg, n, raddr, rkey, wctx);
+	rc = dfi_post_write(ep->fep, sg, n, raddr, rkey, dfi_dto_wimm_fctx(d));
 
 	if (rc)
 		return rc;
@@ -1034,6 +1114,9 @@ DFI_HOT static inline int post_kind(struct dfi_ep *ep, enum post_kind kind,
 	case POST_WRITE_IMM: return post_write_imm(ep, sg, n, raddr, rkey, imm, d);
 	/* the RMR context to invalidate as remote CQ data (dfi_imm_invalidates) */
 	case POST_SEND_INV: return dfi_post_senddata(ep->fep, sg, n, imm, ctx);
+	case POST_IMM_NOTICE:
+		return dfi_post_senddata(ep->fep, NULL, 0, dfi_imm_write((uint32_t)d->len, imm),
+					 ctx);
 	default:
 		/* counted before the post: its completion may be read first */
 		atomic_fetch_add_explicit(&ep->sendq->reads_out, 1, memory_order_acq_rel);
@@ -1095,15 +1178,21 @@ static void fence_release(struct dfi_ep *ep)
 		if (h->after_writes &&
 		    atomic_load_explicit(&ep->sendq->writes_out, memory_order_acquire) > 0)
 			return;
+		/* off the list first: a write with immediate data puts its
+		 * notice at the head as it goes (write_imm_held) */
+		ep->held = h->next;
 		rc = post_to_fabric(ep, h->kind, h->sg, h->n, h->raddr, h->rkey, h->imm,
 				    &ep->sendq->d[h->idx]);
 		if (rc) {
 			if (rc != -EAGAIN)
 				dfi_warn(DFI_SS_EP, "EP %p: a request held by a fence: post "
 					 "failed: %s", (void *)ep, strerror(-rc));
+			h->next = ep->held;
+			ep->held = h;
+			if (!h->next)
+				ep->held_tail = &h->next;
 			return;
 		}
-		ep->held = h->next;
 		atomic_fetch_sub_explicit(&ep->sendq->fence_held, 1, memory_order_release);
 		free(h);
 	}
@@ -1376,6 +1465,8 @@ POST_INLINE DAT_RETURN post_locked(struct dfi_ep *ep, DAT_COUNT nseg, DAT_LMR_TR
 		dfi_warn(DFI_SS_EP, "EP %p: post failed: %s", (void *)ep, strerror(-rc));
 		return DFI_ERR(DAT_INTERNAL_ERROR, 0);
 	}
+	if (__builtin_expect(ep->held != NULL, 0))
+		fence_release(ep);	/* a notice held (write_imm_held): its write may be done */
 	post_count(ep, kind, total);
 	after->posted = true;
 	return DAT_SUCCESS;
