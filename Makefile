@@ -45,7 +45,7 @@ FABRIC_SRCS := src/fabric/fabric.c src/fabric/info.c src/fabric/cq.c src/fabric/
 	       src/fabric/cq_soft.c src/fabric/fdwalk.c src/fabric/keepalive.c \
 	       src/fabric/msg/cm.c src/fabric/msg/post.c src/fabric/msg/liveness.c \
 	       src/fabric/msg/halfreq.c src/fabric/msg/atomic.c \
-	       src/fabric/rdm/bye.c src/fabric/rdm/ep.c src/fabric/rdm/post.c src/fabric/rdm/rcm.c src/fabric/rdm/wire.c \
+	       src/fabric/rdm/bounce.c src/fabric/rdm/bye.c src/fabric/rdm/ep.c src/fabric/rdm/post.c src/fabric/rdm/rcm.c src/fabric/rdm/wire.c \
 	       src/fabric/rdm/liveness.c src/fabric/rdm/shmexit.c src/fabric/rdm/sink.c src/fabric/rdm/srx.c \
 	       src/fabric/rdm/ud.c
 DAT_SRCS    := src/dat/provider.c src/dat/handle.c src/dat/ia.c \

@@ -385,12 +385,11 @@ _Static_assert(sizeof(struct dfi_comp) == sizeof(struct fi_cq_tagged_entry) &&
 	       offsetof(struct dfi_comp, tag) == offsetof(struct fi_cq_tagged_entry, tag),
 	       "fi_cq_read writes struct dfi_comp arrays as FI_CQ_FORMAT_TAGGED");
 
-static void own_done(struct dfi_cq *c, void *ctx, int err, size_t len)
+static bool own_done(struct dfi_cq *c, struct dfi_comp *o)
 {
 	const struct dfi_backend *be = c->owner->be;
 
-	if (be->own_done)
-		be->own_done(c->owner, ctx, err, len);
+	return be->own_done && be->own_done(c->owner, o);
 }
 
 /* fi_cq_read writes straight into out (FI_CQ_FORMAT_TAGGED entries, see
@@ -416,16 +415,13 @@ DFI_HOT int dfi_cq_read(struct dfi_cq *c, struct dfi_comp *out, int n)
 			r = fi_cq_readerr(c->cq, &err, 0);
 			if (r < 0)
 				return got ? got : (int)r;
-			err.op_context = dfi_opctx_of(c->owner, err.op_context);
-			if (dfi_cq_own_ctx(err.op_context)) {
-				own_done(c, err.op_context, err.err, err.len);
-				continue;	/* a receive of the backend's */
-			}
-			out[got].ctx = err.op_context;
+			out[got].ctx = dfi_opctx_of(c->owner, err.op_context);
 			out[got].len = err.len;
 			out[got].err = err.err ? err.err : EIO;
 			out[got].imm = 0;
 			out[got].tag = err.tag;
+			if (dfi_cq_own_ctx(out[got].ctx) && !own_done(c, &out[got]))
+				continue;	/* a receive of the backend's */
 			got++;
 			continue;
 		}
@@ -444,10 +440,8 @@ DFI_HOT int dfi_cq_read(struct dfi_cq *c, struct dfi_comp *out, int n)
 			if (__builtin_expect(o->imm && !o->ctx, 0) && c->owner->be->cq_data &&
 			    c->owner->be->cq_data(c->owner, o->data))
 				continue;
-			if (__builtin_expect(dfi_cq_own_ctx(o->ctx), 0)) {
-				own_done(c, o->ctx, 0, o->len);
+			if (__builtin_expect(dfi_cq_own_ctx(o->ctx), 0) && !own_done(c, o))
 				continue;	/* a receive the backend posted for itself */
-			}
 			if (got != rd)
 				out[got] = *o;
 			got++;

@@ -49,10 +49,11 @@ struct dfi_backend {
 	/* a completion of a remote write with CQ data and no context: the
 	 * backend's own (true: taken, the DAT layer never sees it) */
 	bool (*cq_data)(struct dfi_fabric *f, uint64_t data);
-	/* a completion whose context is odd (dfi_cq_own_ctx): the backend's
-	 * own receive, its error (0, or libfabric's positive code) and
-	 * length.  NULL: dropped. */
-	void (*own_done)(struct dfi_fabric *f, void *ctx, int err, size_t len);
+	/* a completion c whose context is odd (dfi_cq_own_ctx): the backend's
+	 * own receive (c->err 0, or libfabric's positive code).  true: c is
+	 * now the DAT layer's (its ctx replaced), false: taken.  NULL:
+	 * dropped. */
+	bool (*own_done)(struct dfi_fabric *f, struct dfi_comp *c);
 
 	int (*eq_open)(struct dfi_fabric *f, struct dfi_eq **eq);
 	void (*eq_close)(struct dfi_eq *eq);

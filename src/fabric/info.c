@@ -254,7 +254,11 @@ void dfi_fabric_fill_limits(const struct fi_info *i, bool atomics, struct dfi_fa
 	l->op_ctx = ((i->mode | i->tx_attr->mode | i->rx_attr->mode) &
 		     (FI_CONTEXT | FI_CONTEXT2)) != 0;
 	l->iov_limit = i->tx_attr->iov_limit;
-	l->rx_iov_limit = i->rx_attr->iov_limit;
+	/* the RDM backend receives into a buffer of its own what has more
+	 * segments than the provider takes (rdm/bounce.c; psm3 takes 1),
+	 * but for a provider that wants receive buffers registered */
+	l->rx_iov_limit = l->rdm && !(i->domain_attr->mr_mode & FI_MR_LOCAL) ?
+			  i->tx_attr->iov_limit : i->rx_attr->iov_limit;
 	l->rma_iov_limit = i->tx_attr->rma_iov_limit;
 	l->tx_size = i->tx_attr->size;
 	l->rx_size = i->rx_attr->size;

@@ -37,6 +37,7 @@ static int rdm_open(struct dfi_fabric *f, const struct sockaddr_in *addr, char *
 		return -ENOMEM;
 	}
 	rf->f = f;
+	rf->rx_iov = f->info->rx_attr->iov_limit;
 	rdm_sinks_init(rf);
 	rf->lose = (int)dfi_param_int(DFI_P_FAULT_RDM_LOSE);
 	if (rf->lose >= 0)
@@ -583,16 +584,21 @@ int rdm_hello_recv(struct rdm_fep *e)
 
 /* The completion of a receive of the backend's own (cq.c): a sink's, or
  * a hello's, which has nothing more to do. */
-static void rdm_own_done(struct dfi_fabric *f, void *ctx, int err, size_t len)
+static bool rdm_own_done(struct dfi_fabric *f, struct dfi_comp *c)
 {
 	struct rdm_fabric *rf = f->priv;
 
 	if (!rf)
-		return;
+		return false;
+	if (rdm_is_bounce_ctx(c->ctx)) {
+		rdm_bounce_done(rf, c);		/* the DAT layer's receive */
+		return true;
+	}
 	pthread_mutex_lock(&rf->lock);
-	if (!rdm_sink_done(rf, ctx, err, len))
-		rdm_hello_done(rf, ctx);
+	if (!rdm_sink_done(rf, c->ctx, c->err, c->len))
+		rdm_hello_done(rf, c->ctx);
 	pthread_mutex_unlock(&rf->lock);
+	return false;
 }
 
 /* A few progress passes of the endpoint's CQs, reading no completion:
@@ -934,6 +940,8 @@ static int rdm_fep_shutdown(struct dfi_fep *fe)
 static void rdm_fep_cancel(struct dfi_fep *fe, void *ctx)
 {
 	(void)fi_cancel(&RDM_FEP(fe)->ep->fid, ctx);
+	if (RDM_FEP(fe)->rf->rx_iov < DFI_MAX_SGE)
+		rdm_bounce_cancel(RDM_FEP(fe), ctx);	/* or the bounce posted for it */
 }
 
 /* What the peer had sent may still be on its way: a sink takes it, posted
@@ -981,6 +989,7 @@ static void rdm_fep_close(struct dfi_fep *fe)
 	if (e->hello_posted)	/* a peer that never said it: the entry back */
 		(void)fi_cancel(&(e->srx ? e->srx->ep : e->ep)->fid,
 				e->hello_ctx ? (void *)&e->hello_ctx->o : RDM_HELLO_CTX(e));
+	rdm_bounces_orphan(e);
 	if (e->hello_ctx) {	/* its completion, to come, frees it */
 		if (e->hello_posted)
 			e->hello_ctx->e = NULL;

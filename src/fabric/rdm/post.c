@@ -121,6 +121,26 @@ DFI_HOT int dfi_rdm_post_inject(struct dfi_fep *fe, const struct dfi_sge *sg, in
 /* From any source: the tag names this endpoint, and a stale connection's
  * messages carry another generation; any sequence (the completion says
  * which came). */
+/* More segments than the provider takes: through a buffer of ours (bounce.c) */
+static int bounce_trecv(struct rdm_fep *e, struct rdm_bounce *b)
+{
+	RETRY(e, fi_trecv(e->ep, b->buf, b->len, NULL, FI_ADDR_UNSPEC, e->rtag,
+			  RDM_TAG_SEQ_IGNORE(e->seq_mask), b->posted));
+}
+
+static int bounce_recv(struct rdm_fep *e, const struct dfi_sge *sg, int n, void *ctx)
+{
+	struct rdm_bounce *b = rdm_bounce_new(e, sg, n, ctx);
+	int rc;
+
+	if (!b)
+		return -ENOMEM;
+	rc = bounce_trecv(e, b);
+	if (rc)
+		rdm_bounce_drop(e->rf, b);
+	return rc;
+}
+
 DFI_HOT int dfi_rdm_post_recv(struct dfi_fep *fe, const struct dfi_sge *sg, int n, void *ctx)
 {
 	struct rdm_fep *e = RDM_FEP(fe);
@@ -128,6 +148,8 @@ DFI_HOT int dfi_rdm_post_recv(struct dfi_fep *fe, const struct dfi_sge *sg, int 
 	void *desc[DFI_MAX_SGE];
 	int rc;
 
+	if (__builtin_expect((size_t)n > e->rf->rx_iov, 0))
+		return bounce_recv(e, sg, n, ctx);
 	if (n <= 1)
 		RETRY(e, fi_trecv(e->ep, n ? sg[0].addr : NULL, n ? sg[0].len : 0,
 				  n ? dfi_sge_desc(&sg[0]) : NULL, FI_ADDR_UNSPEC, e->rtag,

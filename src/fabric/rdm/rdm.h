@@ -145,6 +145,9 @@ struct rdm_fabric {
 	void *scratch;
 	size_t scratch_len;
 	uint64_t sunk;			/* messages they took */
+	/* segments the provider takes a receive: more go through a bounce
+	 * buffer (bounce.c) */
+	size_t rx_iov;
 	int lose;			/* DAPL_OFI_FAULT_RDM_LOSE */
 };
 
@@ -220,6 +223,7 @@ struct rdm_fep {
 	bool ud_hs;
 	bool hello_posted;		/* the hello's receive (rdm_hello_recv) */
 	struct rdm_hello_ctx *hello_ctx;	/* its context on an op_ctx fabric (ep.c) */
+	struct rdm_bounce *bounces;	/* its receives posted through a bounce (rf->lock) */
 	bool sunk;			/* its sink posted (sink.c) */
 	/* its goodbye word (NULL: none), and its peer's */
 	uint64_t *bye_word;
@@ -297,6 +301,32 @@ struct rdm_sink;
 void rdm_sinks_init(struct rdm_fabric *rf);
 void rdm_sink_open(struct rdm_fep *e);
 bool rdm_sink_done(struct rdm_fabric *rf, void *ctx, int err, size_t len);
+/* bounce.c: a receive of more segments than the provider takes, into a
+ * buffer of ours, scattered at its completion.  rdm_bounce_new: listed on
+ * e (NULL: no memory), then posted with its `posted` context;
+ * rdm_bounce_drop: one whose post failed.  rdm_bounce_done: the completion
+ * c of a bounce's context (rdm_is_bounce_ctx), scattered, becomes the DAT
+ * layer's.  rdm_bounce_cancel: the bounce posted for the DAT layer's ctx,
+ * cancelled.  rdm_bounces_orphan: e closes (rf->lock held); its bounces
+ * are freed at their completions. */
+struct rdm_bounce {
+	struct dfi_opctx o;		/* its context on an op_ctx fabric */
+	struct rdm_bounce *next, **prev;	/* its endpoint's (rf->lock) */
+	struct rdm_fep *e;		/* NULL once its endpoint closed */
+	void *ctx;			/* the DAT layer's, unwrapped */
+	void *posted;			/* what the provider was handed */
+	int n;
+	struct dfi_sge sg[DFI_MAX_SGE];
+	size_t len;
+	uint8_t buf[];
+};
+bool rdm_is_bounce_ctx(const void *ctx);
+struct rdm_bounce *rdm_bounce_new(struct rdm_fep *e, const struct dfi_sge *sg, int n, void *ctx);
+void rdm_bounce_drop(struct rdm_fabric *rf, struct rdm_bounce *b);
+void rdm_bounce_done(struct rdm_fabric *rf, struct dfi_comp *c);
+void rdm_bounce_cancel(struct rdm_fep *e, void *ctx);
+void rdm_bounces_orphan(struct rdm_fep *e);
+
 /* rf->lock held: the completion of a hello's receive (ep.c), whose
  * context, on an op_ctx fabric, is freed now */
 void rdm_hello_done(struct rdm_fabric *rf, void *ctx);

@@ -40,6 +40,10 @@ struct rdm_srx_rec {
 	void *ctx;
 	int n;
 	struct dfi_sge sg[SRX_MAX_SGE];
+	/* more segments than the provider takes: received here, scattered
+	 * into sg at the completion (route; bounce.c says why) */
+	uint8_t *bounce;
+	size_t bounce_len;
 };
 
 /* A completion that came before an earlier message of its connection. */
@@ -54,11 +58,26 @@ static int srx_post(struct rdm_srx *x, struct rdm_srx_rec *r)
 	struct iovec iov[SRX_MAX_SGE];
 	void *desc[SRX_MAX_SGE];
 	uint64_t t0 = rdm_now_ms();
+	size_t n = (size_t)r->n;
 	ssize_t rc;
 
 	(void)dfi_fill_iov(r->sg, r->n, iov, desc);
+	if (n > x->rf->rx_iov) {
+		size_t len = 0;
+
+		for (int i = 0; i < r->n; i++)
+			len += r->sg[i].len;
+		free(r->bounce);
+		r->bounce = malloc(len ? len : 1);
+		if (!r->bounce)
+			return -ENOMEM;
+		r->bounce_len = len;
+		iov[0] = (struct iovec){ .iov_base = r->bounce, .iov_len = len };
+		desc[0] = NULL;
+		n = 1;
+	}
 	for (;;) {
-		rc = fi_trecvv(x->ep, iov, desc, (size_t)r->n, FI_ADDR_UNSPEC, RDM_TAG_SRQ,
+		rc = fi_trecvv(x->ep, iov, desc, n, FI_ADDR_UNSPEC, RDM_TAG_SRQ,
 			       RDM_TAG_SRQ_IGNORE, dfi_opctx_own(x->rf->f, &r->o, r));
 		if (rc == -FI_ENOMEM)
 			rc = -FI_EAGAIN;	/* shm's word for a full queue */
@@ -227,6 +246,18 @@ static void route(struct rdm_srx *x, struct rdm_srx_rec *r, uint64_t tag, struct
 		return;
 	}
 	c->ctx = r->ctx;
+	if (r->bounce) {
+		size_t left = c->len < r->bounce_len ? c->len : r->bounce_len, off = 0;
+
+		for (int i = 0; !c->err && i < r->n && off < left; i++) {
+			size_t k = r->sg[i].len < left - off ? r->sg[i].len : left - off;
+
+			memcpy(r->sg[i].addr, r->bounce + off, k);
+			off += k;
+		}
+		free(r->bounce);
+		r->bounce = NULL;
+	}
 	if (c->err == ECANCELED ||
 	    (e && e->gen == gen && e->srx == x && (tag >> 46 & 3) == 1 &&
 	     deliver(e, c, (uint16_t)(tag >> RDM_SEQ_SHIFT)))) {
@@ -415,6 +446,7 @@ void dfi_rdm_srx_close(struct dfi_srx *sx)
 		struct rdm_srx_rec *r = x->all;
 
 		x->all = r->all;
+		free(r->bounce);
 		free(r);
 	}
 	pthread_mutex_destroy(&x->lock);
