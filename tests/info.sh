@@ -211,6 +211,24 @@ rc=$?
 [ "$rc" = 0 ] && grep -qE '^ofi-lo +opens' "$work/over.out"
 ok $? "-f wins over DAT_OVERRIDE" "exit $rc"
 
+# ---- the simulated hardware providers (fabsim/) --------------------------------
+# psm3's opens (contexts it writes in, one receive segment); opx's and cxi's
+# are refused, each with what dapl-ofi does not serve yet
+if [ -f "$B/fabsim/libsim_psm3-fi.so" ]; then
+	FI_PROVIDER_PATH=$(cd "$B/fabsim" && pwd) info sim -f "$CONF"
+	row "$work/sim.out" ofi-sim-psm3 | grep -qE "^ofi-sim-psm3 +opens +sim_psm3 +rdm "
+	ok $? "ofi-sim-psm3 opens, on the RDM backend" "$(row "$work/sim.out" ofi-sim-psm3)"
+	for want in "ofi-sim-opx:FI_ORDER_SAS" "ofi-sim-opx:FI_MR_SCALABLE" \
+		"ofi-sim-opx:FI_ASYNC_IOV" "ofi-sim-cxi:FI_MR_ENDPOINT"; do
+		ia=${want%%:*}
+		problem "$work/sim.out" "$ia" | grep -q "${want#*:}.*not served yet"
+		ok $? "$ia FAILS, naming ${want#*:}" "$(problem "$work/sim.out" "$ia")"
+	done
+	problem "$work/sim.out" ofi-sim-cxi | grep -q "fix: .*sim_psm3 (rdm)"
+	ok $? "the fix names sim_psm3 among the providers served" \
+		"$(problem "$work/sim.out" ofi-sim-cxi)"
+fi
+
 echo "1..$n"
 echo "# info: $((n - failed)) ok, $failed not ok, of $n"
 [ "$failed" -eq 0 ]

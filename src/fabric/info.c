@@ -98,19 +98,78 @@ static struct fi_info *make_hints(const char *prov, const char *domain, enum fi_
 	return h;
 }
 
-/* Is `prov` a libfabric provider at all?  Tells the two ENODATA apart. */
-static bool provider_exists(const char *prov)
+/* The hints of the provider lists: dapl-ofi's, the context modes allowed
+ * (getinfo_type asks with them where mode 0 finds nothing). */
+static struct fi_info *list_hints(enum fi_ep_type type)
+{
+	struct fi_info *h = make_hints(NULL, NULL, type);
+
+	if (h)
+		h->mode = FI_CONTEXT | FI_CONTEXT2;
+	return h;
+}
+
+/* What `prov` offers when asked for nearly nothing: every mode bit and
+ * memory mode granted, so that a provider that wants what dapl-ofi does not
+ * give still answers (NULL: nothing, it is no provider here). */
+static struct fi_info *provider_offer(const char *prov, const char *domain)
 {
 	struct fi_info *h = fi_allocinfo(), *info = NULL;
-	bool found;
 
 	if (!h)
-		return true;
+		return NULL;
+	h->mode = ~0ull;
+	h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_RAW | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED |
+				  FI_MR_PROV_KEY | FI_MR_MMU_NOTIFY | FI_MR_RMA_EVENT |
+				  FI_MR_ENDPOINT;
 	h->fabric_attr->prov_name = strdup(prov);
-	found = fi_getinfo(DFI_FI_VERSION, NULL, NULL, 0, h, &info) == 0;
-	fi_freeinfo(info);
+	if (domain && *domain)
+		h->domain_attr->name = strdup(domain);
+	if (fi_getinfo(DFI_FI_VERSION, NULL, NULL, 0, h, &info))
+		info = NULL;
 	fi_freeinfo(h);
-	return found;
+	return info;
+}
+
+/* Why an offer of `prov` is not one dapl-ofi takes, as far as it can say,
+ * into why (": ..., not served yet", or "" if nothing it knows of): short,
+ * as it ends an error line of at most 384 bytes. */
+static void offer_explain(const struct fi_info *offer, char *why, size_t len)
+{
+	const struct fi_info *i;
+	size_t n = 0;
+
+	why[0] = '\0';
+	for (i = offer; i && i->ep_attr->type != FI_EP_RDM && i->ep_attr->type != FI_EP_MSG;
+	     i = i->next)
+		;
+	if (!i)
+		return;
+#define WHY(...)								\
+	do {									\
+		int k_ = snprintf(why + n, len - n, "%s", n ? "; " : ": ");	\
+		if (k_ > 0 && (size_t)k_ < len - n)				\
+			n += (size_t)k_;					\
+		k_ = snprintf(why + n, len - n, __VA_ARGS__);			\
+		if (k_ > 0 && (size_t)k_ < len - n)				\
+			n += (size_t)k_;					\
+	} while (0)
+	if (i->ep_attr->type == FI_EP_RDM && !(i->tx_attr->msg_order & FI_ORDER_SAS))
+		WHY("no FI_ORDER_SAS (messages out of order)");
+	if (i->domain_attr->mr_mode & FI_MR_ENDPOINT)
+		WHY("FI_MR_ENDPOINT registrations");
+	if (!(i->domain_attr->mr_mode & (FI_MR_VIRT_ADDR | FI_MR_BASIC)) &&
+	    (i->domain_attr->mr_mode & FI_MR_SCALABLE))
+		WHY("remote memory by offset only (FI_MR_SCALABLE)");
+	if ((i->mode | i->tx_attr->mode | i->rx_attr->mode) & FI_ASYNC_IOV)
+		WHY("mode FI_ASYNC_IOV");
+	else if ((i->mode | i->tx_attr->mode | i->rx_attr->mode) &
+		 ~(uint64_t)(FI_CONTEXT | FI_CONTEXT2 | FI_LOCAL_MR))
+		WHY("mode 0x%llx",
+		    (unsigned long long)(i->mode | i->tx_attr->mode | i->rx_attr->mode));
+	if (n && n + 32 < len)
+		snprintf(why + n, len - n, ", not served yet");
+#undef WHY
 }
 
 /* Providers that carry every connection to a peer on one TCP stream and
@@ -217,7 +276,10 @@ int dfi_fabric_getinfo(const char *prov, const struct sockaddr_in *addr, const c
 	}
 	if (rc == 0)
 		return 0;
-	if (rc == -FI_ENODATA && !provider_exists(prov)) {
+	struct fi_info *offer = rc == -FI_ENODATA ? provider_offer(prov, domain) : NULL;
+	char why[384];
+
+	if (rc == -FI_ENODATA && !offer) {
 		/* dapl-ofi's simulated hardware providers (fabsim/) load from
 		 * the build tree only */
 		snprintf(err, errlen, "libfabric has no provider '%s' (fi_info -l "
@@ -226,12 +288,14 @@ int dfi_fabric_getinfo(const char *prov, const struct sockaddr_in *addr, const c
 			 "FI_PROVIDER_PATH=<build dir>/fabsim" : "", fi_strerror(-rc));
 		return -ENOENT;
 	}
-	snprintf(err, errlen, "libfabric provider '%s' offers %s on %s%s%s: fi_getinfo: %s",
+	offer_explain(offer, why, sizeof(why));
+	fi_freeinfo(offer);
+	snprintf(err, errlen, "libfabric provider '%s' offers %s on %s%s%s%s (fi_getinfo: %s)",
 		 prov, kind == DFI_EP_MSG ? "no FI_EP_MSG endpoint with FI_MSG|FI_RMA" :
 		 kind == DFI_EP_RDM ? "no FI_EP_RDM endpoint with FI_TAGGED|FI_RMA and "
 		 "ordered sends" : "neither an FI_EP_MSG endpoint with FI_MSG|FI_RMA nor an "
 		 "FI_EP_RDM endpoint with FI_TAGGED|FI_RMA and ordered sends",
-		 node, domain && *domain ? " in domain " : "", domain ? domain : "",
+		 node, domain && *domain ? " in domain " : "", domain ? domain : "", why,
 		 fi_strerror(-rc));
 	return rc == -FI_ENODATA ? -ENODEV : rc;
 }
@@ -323,7 +387,7 @@ int dfi_fabric_probe(const char *prov, const struct sockaddr_in *addr, const cha
 static void providers_of(enum fi_ep_type type, const char *tag, char *buf, size_t len,
 			 size_t *used)
 {
-	struct fi_info *hints = make_hints(NULL, NULL, type), *info = NULL, *i, *j;
+	struct fi_info *hints = list_hints(type), *info = NULL, *i, *j;
 
 	if (!hints || fi_getinfo(DFI_FI_VERSION, NULL, NULL, 0, hints, &info) != 0)
 		info = NULL;
@@ -359,7 +423,7 @@ int dfi_fabric_provider_list(struct dfi_prov_desc *out, int max)
 	int n = 0;
 
 	for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); t++) {
-		struct fi_info *hints = make_hints(NULL, NULL, types[t]), *info = NULL, *i;
+		struct fi_info *hints = list_hints(types[t]), *info = NULL, *i;
 
 		if (!hints || fi_getinfo(DFI_FI_VERSION, NULL, NULL, 0, hints, &info) != 0)
 			info = NULL;
