@@ -369,17 +369,48 @@ dtestsrq-nosrq dtestx dtestx-u dtestx-U4m $more" \
 fi
 # The simulated hardware providers (fabsim/: libfabric DL providers over
 # udp;ofi_rxd that advertise a real provider's attributes and enforce
-# them): each rule's own test, caught with the rule on and missed with it
-# off (tests/fabsim/run.sh, about 7 s); then dapl-ofi over the simulated
-# efa where it once broke: a send overtaking the writes before it, and an
-# accept that took efa's EAGAIN for a failure (docs/rdm.md).
+# them).  Each profile's rules (efa, psm3, opx, cxi), caught with the rule
+# on and missed with it off (tests/fabsim/run.sh, 43 cases, about 40 s);
+# dapl-ofi over the simulated efa where it once broke: a send, or a write's
+# immediate-data notice, overtaking the writes before it, and an accept
+# that took efa's EAGAIN for a failure (docs/rdm.md); and over the
+# simulated psm3 (contexts it writes in, one receive segment, no remote CQ
+# data) every suite, dapltest and the stock programs' main modes, about
+# 80 s.  The connection suite there leaves out the visibility test (5000
+# rounds of writes held for the simulated order, 80 s; check-all).  TSan:
+# the SRQ suite and the streams on psm3 (bounce buffers, wrapped contexts).
+sim=$PWD/$B/fabsim
 if [ "$scope" = all ] && [ "$variant" = plain ] && [ -x tests/fabsim/run.sh ]; then
-	B=$B run fabsim_rules 120 tests/fabsim/run.sh
+	B=$B run fabsim_rules 300 tests/fabsim/run.sh
 	for t in test_rdma_write_then_send_ordering test_barrier_fence_without_reads \
 		test_cm_connect_300_in_turn test_cm_consumers_drive_eq; do
-		FI_PROVIDER_PATH=$PWD/$B/fabsim CONN_TEST_IA=ofi-sim-efa run \
+		FI_PROVIDER_PATH=$sim CONN_TEST_IA=ofi-sim-efa run \
 			"test_api_conn-sim-efa-${t#test_}" 120 "$B/tests/test_api_conn" "$t"
 	done
+	FI_PROVIDER_PATH=$sim IB_TEST_IA=ofi-sim-efa run test_api_ib-sim-efa-write-immed 120 \
+		"$B/tests/test_api_ib" 'test_write_immed*'
+	skip=test_rdma_write_then_send_visibility
+	[ "$level" = all ] && skip=""
+	FI_PROVIDER_PATH=$sim CONN_TEST_IA=ofi-sim-psm3 CONN_TEST_SKIP=$skip run \
+		test_api_conn-sim-psm3 300 "$B/tests/test_api_conn"
+	for t in ib srq srq_peer upcall cancel limits; do
+		FI_PROVIDER_PATH=$sim IB_TEST_IA=ofi-sim-psm3 DFI_TEST_IA=ofi-sim-psm3 \
+			run test_api_$t-sim-psm3 300 "$B/tests/test_api_$t"
+	done
+	[ -x tests/stock/dapltest.sh ] && FI_PROVIDER_PATH=$sim B=$B DAPLTEST_IA=ofi-sim-psm3 \
+		DAPLTEST_WRAP="" run stock_dapltest-sim-psm3 900 tests/stock/dapltest.sh
+	more=""
+	[ "$level" = all ] && more="dtest-p dtest-c dtest-pingpong dtestx-U4m"
+	[ -x tests/stock/clients.sh ] && FI_PROVIDER_PATH=$sim B=$B CLIENTS_TIMEOUT=150 \
+		CLIENTS_IA=ofi-sim-psm3 CLIENTS_IA_RR=ofi-sim-psm3 CLIENTS_IA_ATOMIC=ofi-sim-psm3 \
+		CLIENTS_WRAP="" CLIENTS_CASES="dtest-default dtest-rr dtest-datacheck dtestcm-1000 \
+dtestsrq-srq dtestsrq-nosrq dtestx-u $more" run stock_clients-sim-psm3 600 tests/stock/clients.sh
+fi
+if [ "$variant" = tsan ] && [ -x "$B/tests/test_api_srq" ] && [ -d "$sim" ]; then
+	FI_PROVIDER_PATH=$sim DFI_TEST_IA=ofi-sim-psm3 run test_api_srq-sim-psm3 300 \
+		"$B/tests/test_api_srq"
+	FI_PROVIDER_PATH=$sim CONN_TEST_IA=ofi-sim-psm3 run test_api_conn-sim-psm3-streams 300 \
+		"$B/tests/test_api_conn" 'test_stream*'
 fi
 # Completion queues with poll fds (DAPL_OFI_CQ_WAIT=pollfd, fabric/cq.c):
 # their fd is dapl-ofi's mirror of the provider's list, and every waiter,
@@ -395,7 +426,9 @@ if [ -x "$B/tests/test_api_conn" ]; then
 		DAPL_OFI_CQ_WAIT=pollfd run test_api_srq-pollfd 300 "$B/tests/test_api_srq"
 	fi
 fi
-if [ "$scope" != unit ] && [ -x tests/stock/dapltest.sh ]; then
+# (under valgrind, check-all only: 80 s, and ASan runs it in make check)
+if [ "$scope" != unit ] && [ -x tests/stock/dapltest.sh ] &&
+	{ [ "$variant" != valgrind ] || ! later stock_dapltest; }; then
 	B=$B DAPLTEST_WRAP="$stock_wrap" run stock_dapltest 900 tests/stock/dapltest.sh
 fi
 # The stock dtest/dtestcm/dtestsrq/dtestx pairs (dtestx: six cases, 12 s).  dtest-datacheck (dtest -D) fails
@@ -452,15 +485,23 @@ fi
 # Two test hosts (network namespaces joined by a veth pair, tests/hosts/):
 # partitions, link flaps, loss, killed and stopped peers, vanished
 # listeners, 1000 connections broken at once, the stock dtest across them
-# (tests/hosts/faults.sh, about 3 minutes).  The ASan variant runs the
+# (tests/hosts/faults.sh, 22 cases, about 150 s; make check 13 of them,
+# about 90 s).  The ASan variant runs the
 # cases that end connections under the library's own detection, about 40 s.
 if [ "$scope" = all ] && [ -x tests/hosts/faults.sh ]; then
 	if [ "$variant" = asan ]; then
 		later hosts_faults ||
 		B=$B FAULTS_SLACK=5000 run hosts_faults 300 tests/hosts/faults.sh partition-streaming partition-idle \
 			kill-receiver listener-partitioned-inf thousand
-	else
+	elif [ "$level" = all ]; then
 		B=$B run hosts_faults 600 tests/hosts/faults.sh
+	else
+		# (make check: one case of each kind, about 90 s; check-all adds
+		# partition-idle and -a-in, loss-3, kill-sender and -idle,
+		# stop-idle and listener-partitioned, the same mechanisms)
+		B=$B run hosts_faults 600 tests/hosts/faults.sh partition-streaming \
+			partition-a-out flap loss-20 kill-receiver stop-streaming connect-dropped \
+			connect-nolink listener-killed listener-partitioned-inf thousand dtest dapltest
 	fi
 fi
 # The same faults on the RDM backend (ofi-host-rdm: "net veth0 ep=rdm"),
@@ -486,10 +527,14 @@ connect-nolink listener-killed listener-partitioned thousand dtest dapltest"
 	B=$B FAULTS_IA=ofi-host-rdm run hosts_faults-rdm 600 tests/hosts/faults.sh $cases
 	# and on tcp;ofi_rxm (ofi-host-rxm), whose provider reconnects underneath
 	# and whose endpoints' receive queues 1000 connections once ran out
-	# (rdm/ep.c, rep_fits): a few of the same cases, about 40 s
-	B=$B FAULTS_IA=ofi-host-rxm run hosts_faults-rxm 600 tests/hosts/faults.sh \
-		partition-streaming partition-a-out kill-sender kill-receiver loss-3 \
-		connect-dropped thousand dtest
+	# (rdm/ep.c, rep_fits): a few of the same cases, about 35 s (check-all:
+	# 60, with one way partitions, a killed sender, loss and a dropped
+	# connect, which net's RDM endpoints run in make check)
+	cases="partition-streaming kill-receiver thousand dtest"
+	[ "$level" = all ] && cases="partition-streaming partition-a-out kill-sender kill-receiver \
+loss-3 connect-dropped thousand dtest"
+	# shellcheck disable=SC2086
+	B=$B FAULTS_IA=ofi-host-rxm run hosts_faults-rxm 600 tests/hosts/faults.sh $cases
 	# and on udp;ofi_rxd (ofi-host-rxd), which retransmits over UDP
 	# itself: a partition, a killed peer, loss, dtest with and without
 	# loss (1 MiB writes: its 4 MiB default takes minutes there), about

@@ -6213,7 +6213,7 @@ int main(int argc, char **argv)
 	default_dat_override();
 	if (argc == 2)
 		cmocka_set_test_filter(argv[1]);	/* run the tests matching a pattern */
-	if (getenv("CONN_TEST_SKIP"))		/* and not those matching this one */
+	if (getenv("CONN_TEST_SKIP") && *getenv("CONN_TEST_SKIP"))	/* and not these */
 		cmocka_set_skip_filter(getenv("CONN_TEST_SKIP"));
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
