@@ -519,14 +519,6 @@ int rdm_path_up(struct rdm_fep *e, const struct dfi_rcm_end *remote)
 	return (int)rc;
 }
 
-/* The accepting side's receive for the connecting side's hello
- * (rdm_path_up), on the endpoint it receives at: its context the
- * endpoint's, odd, so that cq.c hands its completion to rdm_own_done,
- * which drops it, and a hello that never came can be cancelled at the
- * close.  0 or libfabric's error. */
-#define RDM_HELLO_POST_MS	100
-
-
 /* Where the provider writes in contexts (lim.op_ctx), a hello's receive
  * has a context of its own, which outlives its endpoint: a hello cancelled
  * at the close completes after it.  Its completion frees it (and tells
@@ -564,6 +556,13 @@ void rdm_hello_done(struct rdm_fabric *rf, void *ctx)
 	free(h);
 }
 
+/* The accepting side's receive for the connecting side's hello
+ * (rdm_path_up), on the endpoint it receives at: its context the
+ * endpoint's (or its rdm_hello_ctx's), odd, so that cq.c hands its
+ * completion to rdm_own_done, which drops it, and a hello that never came
+ * can be cancelled at the close.  0 or libfabric's error. */
+#define RDM_HELLO_POST_MS	100
+
 int rdm_hello_recv(struct rdm_fep *e)
 {
 	struct fid_ep *ep = e->srx ? e->srx->ep : e->ep;
@@ -582,8 +581,9 @@ int rdm_hello_recv(struct rdm_fep *e)
 	return rc;
 }
 
-/* The completion of a receive of the backend's own (cq.c): a sink's, or
- * a hello's, which has nothing more to do. */
+/* The completion of a receive of the backend's own (cq.c): a bounce's,
+ * which becomes the DAT layer's receive; a sink's; or a hello's, which has
+ * nothing more to do. */
 static bool rdm_own_done(struct dfi_fabric *f, struct dfi_comp *c)
 {
 	struct rdm_fabric *rf = f->priv;
