@@ -139,18 +139,26 @@ static inline void watchdog_install(void)
 	sigaction(SIGALRM, &sa, NULL);
 }
 
-/* Whether the IA's provider-specific attribute `name` is `value`. */
-static inline bool ia_prov_attr_is(DAT_IA_HANDLE ia, const char *name, const char *value)
+/* The IA's provider-specific attribute `name` (the IA's own string), or
+ * NULL where it has none. */
+static inline const char *ia_prov_attr(DAT_IA_HANDLE ia, const char *name)
 {
 	DAT_PROVIDER_ATTR pa;
-	DAT_EVD_HANDLE async;
 
-	if (dat_ia_query(ia, &async, 0, NULL, DAT_PROVIDER_FIELD_ALL, &pa) != DAT_SUCCESS)
-		return false;
+	if (dat_ia_query(ia, NULL, 0, NULL, DAT_PROVIDER_FIELD_PROVIDER_SPECIFIC_ATTR,
+			 &pa) != DAT_SUCCESS)
+		return NULL;
 	for (DAT_COUNT i = 0; i < pa.num_provider_specific_attr; i++)
 		if (strcmp(pa.provider_specific_attr[i].name, name) == 0)
-			return strcmp(pa.provider_specific_attr[i].value, value) == 0;
-	return false;
+			return pa.provider_specific_attr[i].value;
+	return NULL;
+}
+
+static inline bool ia_prov_attr_is(DAT_IA_HANDLE ia, const char *name, const char *value)
+{
+	const char *v = ia_prov_attr(ia, name);
+
+	return v && strcmp(v, value) == 0;
 }
 
 /* Skip the test where the IA carries no 8-byte remote CQ data (psm3 and

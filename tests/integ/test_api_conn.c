@@ -267,32 +267,12 @@ static DAT_CONN_QUAL dead_port(struct side *x)
 	return port;
 }
 
-/* The IA's provider-specific attribute `name` is `value`. */
-static bool ia_attr_is(DAT_IA_HANDLE ia, const char *name, const char *value)
-{
-	DAT_PROVIDER_ATTR pa;
-	DAT_EVD_HANDLE async;
-
-	if (dat_ia_query(ia, &async, 0, NULL, DAT_PROVIDER_FIELD_ALL, &pa) != DAT_SUCCESS)
-		return false;
-	for (DAT_COUNT i = 0; i < pa.num_provider_specific_attr; i++)
-		if (strcmp(pa.provider_specific_attr[i].name, name) == 0)
-			return strcmp(pa.provider_specific_attr[i].value, value) == 0;
-	return false;
-}
-
 /* A simulated hardware provider's IA (fabsim/: sim_efa, sim_psm3, ...) */
 static bool ia_fabric_is_sim(DAT_IA_HANDLE ia)
 {
-	DAT_PROVIDER_ATTR pa;
-	DAT_EVD_HANDLE async;
+	const char *fabric = ia_prov_attr(ia, DAPL_OFI_ATTR_FABRIC);
 
-	if (dat_ia_query(ia, &async, 0, NULL, DAT_PROVIDER_FIELD_ALL, &pa) != DAT_SUCCESS)
-		return false;
-	for (DAT_COUNT i = 0; i < pa.num_provider_specific_attr; i++)
-		if (strcmp(pa.provider_specific_attr[i].name, DAPL_OFI_ATTR_FABRIC) == 0)
-			return strncmp(pa.provider_specific_attr[i].value, "sim_", 4) == 0;
-	return false;
+	return fabric && strncmp(fabric, "sim_", 4) == 0;
 }
 
 /* The IA's DAT endpoints map onto libfabric RDM endpoints (the RDM backend,
@@ -301,7 +281,7 @@ static bool ia_fabric_is_sim(DAT_IA_HANDLE ia)
  * of what RDM providers lack say so and skip there. */
 static bool ia_is_rdm(DAT_IA_HANDLE ia)
 {
-	return ia_attr_is(ia, DAPL_OFI_ATTR_ENDPOINT, "rdm");
+	return ia_prov_attr_is(ia, DAPL_OFI_ATTR_ENDPOINT, "rdm");
 }
 
 /* libfabric 1.17 net's own gaps (docs/rdm.md, section 6), on its RDM
@@ -309,7 +289,7 @@ static bool ia_is_rdm(DAT_IA_HANDLE ia)
 #define SKIP_ON_NET_RDM(p, why)							\
 	do {									\
 		if (ia_is_rdm((p)->s.ia) &&					\
-		    ia_attr_is((p)->s.ia, DAPL_OFI_ATTR_FABRIC, "net")) {	\
+		    ia_prov_attr_is((p)->s.ia, DAPL_OFI_ATTR_FABRIC, "net")) {	\
 			print_message("# skipped on net's RDM: %s\n", why);	\
 			skip();							\
 		}								\
@@ -318,7 +298,7 @@ static bool ia_is_rdm(DAT_IA_HANDLE ia)
 /* libfabric 1.17 shm's own gap (docs/rdm.md, section 6) */
 #define SKIP_ON_SHM(p, why)							\
 	do {									\
-		if (ia_attr_is((p)->s.ia, DAPL_OFI_ATTR_FABRIC, "shm")) {	\
+		if (ia_prov_attr_is((p)->s.ia, DAPL_OFI_ATTR_FABRIC, "shm")) {	\
 			print_message("# skipped on shm: %s\n", why);		\
 			skip();							\
 		}								\
@@ -330,7 +310,7 @@ static bool ia_is_rdm(DAT_IA_HANDLE ia)
  * simulation does not yet */
 #define SKIP_ON_RXD(p, why)							\
 	do {									\
-		if (ia_attr_is((p)->s.ia, DAPL_OFI_ATTR_FABRIC, "udp;ofi_rxd") ||	\
+		if (ia_prov_attr_is((p)->s.ia, DAPL_OFI_ATTR_FABRIC, "udp;ofi_rxd") ||	\
 		    ia_fabric_is_sim((p)->s.ia)) {				\
 			print_message("# skipped on rxd (or a simulation over "	\
 				      "it): %s\n", why);				\
@@ -370,8 +350,8 @@ static bool ia_is_rdm(DAT_IA_HANDLE ia)
 #define SKIP_ON_UNACKED_STREAM(p)						\
 	do {									\
 		if (ia_is_rdm((p)->s.ia) &&					\
-		    !ia_attr_is((p)->s.ia, DAPL_OFI_ATTR_FABRIC, "shm") &&	\
-		    ia_attr_is((p)->s.ia, DAPL_OFI_ATTR_RDM_ACKED, "FALSE")) {	\
+		    !ia_prov_attr_is((p)->s.ia, DAPL_OFI_ATTR_FABRIC, "shm") &&	\
+		    ia_prov_attr_is((p)->s.ia, DAPL_OFI_ATTR_RDM_ACKED, "FALSE")) {	\
 			print_message("# skipped: sends and writes complete before "	\
 				      "the peer has them "				\
 				      "(DAPL_OFI_RDM_TRANSMIT_COMPLETE), and a "	\
@@ -4740,7 +4720,7 @@ static void test_write_to_freed_region_spares_others(void **state)
 	if (l.write == DAT_DTO_SUCCESS && !l.c1_end) {
 		/* shm 1.17 writes with process_vm_writev straight from the
 		 * origin, checking no key (docs/rdm.md, section 6) */
-		if (!ia_attr_is(p->s.ia, DAPL_OFI_ATTR_FABRIC, "shm"))
+		if (!ia_prov_attr_is(p->s.ia, DAPL_OFI_ATTR_FABRIC, "shm"))
 			fail_msg("the RDMA write into the freed region completed with "
 				 "DAT_DTO_SUCCESS, and its connection goes on [%s ]", l.seen);
 		print_message("# note: shm took the write into the freed region (its CMA path "

@@ -251,22 +251,10 @@ static void expect_dto(DAT_EVD_HANDLE evd, DAT_EP_HANDLE ep, uint64_t cookie,
 			 (unsigned long long)cookie, (unsigned long long)len);
 }
 
-static const char *prov_attr(DAT_IA_HANDLE ia, const char *name)
-{
-	DAT_PROVIDER_ATTR pa;
-
-	assert_ok(dat_ia_query(ia, NULL, 0, NULL, DAT_PROVIDER_FIELD_PROVIDER_SPECIFIC_ATTR,
-			       &pa));
-	for (DAT_COUNT i = 0; i < pa.num_provider_specific_attr; i++)
-		if (strcmp(pa.provider_specific_attr[i].name, name) == 0)
-			return pa.provider_specific_attr[i].value;
-	return NULL;
-}
-
 /* The IA's atomics are dapl-ofi's own (DAPL_OFI_ATOMICS "emulated"). */
 static bool atomics_emulated(DAT_IA_HANDLE ia)
 {
-	const char *how = prov_attr(ia, DAPL_OFI_ATTR_ATOMICS);
+	const char *how = ia_prov_attr(ia, DAPL_OFI_ATTR_ATOMICS);
 
 	return how && strcmp(how, "emulated") == 0;
 }
@@ -288,24 +276,24 @@ static void test_ib_reported(void **state)
 	assert_int_equal(a.extension_version, DAT_IB_EXTENSION_VERSION);
 	/* FALSE where the fabric carries less than 8 bytes of remote CQ
 	 * data (psm3, opx): test_write_immed checks that it is refused then */
-	assert_non_null(prov_attr(p->c.ia, DAT_IB_ATTR_IMMED_DATA));
-	assert_true(!strcmp(prov_attr(p->c.ia, DAT_IB_ATTR_IMMED_DATA), "TRUE") ||
-		    !strcmp(prov_attr(p->c.ia, DAT_IB_ATTR_IMMED_DATA), "FALSE"));
-	assert_string_equal(prov_attr(p->c.ia, DAT_IB_ATTR_COUNTERS), "TRUE");
+	assert_non_null(ia_prov_attr(p->c.ia, DAT_IB_ATTR_IMMED_DATA));
+	assert_true(!strcmp(ia_prov_attr(p->c.ia, DAT_IB_ATTR_IMMED_DATA), "TRUE") ||
+		    !strcmp(ia_prov_attr(p->c.ia, DAT_IB_ATTR_IMMED_DATA), "FALSE"));
+	assert_string_equal(ia_prov_attr(p->c.ia, DAT_IB_ATTR_COUNTERS), "TRUE");
 	/* not served, so not claimed (dtestx skips what is absent): the
 	 * atomics are there only where the libfabric provider has FI_ATOMIC
 	 * (sockets; not tcp) */
-	if (prov_attr(p->c.ia, DAT_IB_ATTR_CMP_AND_SWAP)) {
-		assert_string_equal(prov_attr(p->c.ia, DAT_IB_ATTR_CMP_AND_SWAP), "TRUE");
-		assert_string_equal(prov_attr(p->c.ia, DAT_IB_ATTR_FETCH_AND_ADD), "TRUE");
+	if (ia_prov_attr(p->c.ia, DAT_IB_ATTR_CMP_AND_SWAP)) {
+		assert_string_equal(ia_prov_attr(p->c.ia, DAT_IB_ATTR_CMP_AND_SWAP), "TRUE");
+		assert_string_equal(ia_prov_attr(p->c.ia, DAT_IB_ATTR_FETCH_AND_ADD), "TRUE");
 	} else {
-		assert_null(prov_attr(p->c.ia, DAT_IB_ATTR_FETCH_AND_ADD));
+		assert_null(ia_prov_attr(p->c.ia, DAT_IB_ATTR_FETCH_AND_ADD));
 	}
 	/* UD endpoints: on an IA of reliable-datagram endpoints only */
-	if (strcmp(prov_attr(p->c.ia, DAPL_OFI_ATTR_ENDPOINT), "rdm") == 0)
-		assert_string_equal(prov_attr(p->c.ia, DAT_IB_ATTR_UD), "TRUE");
+	if (strcmp(ia_prov_attr(p->c.ia, DAPL_OFI_ATTR_ENDPOINT), "rdm") == 0)
+		assert_string_equal(ia_prov_attr(p->c.ia, DAT_IB_ATTR_UD), "TRUE");
 	else
-		assert_null(prov_attr(p->c.ia, DAT_IB_ATTR_UD));
+		assert_null(ia_prov_attr(p->c.ia, DAT_IB_ATTR_UD));
 	assert_true(dat_ofi_upcall_supported(p->c.ia, DAT_OFI_EXTENSION_VERSION));
 
 	assert_ok(dat_ia_open("ofi-lo-extofi", 8, &async, &ia2));
@@ -338,7 +326,7 @@ static void test_write_immed(void **state)
 	assert_ok(post_recv1(&p->s, 256, 256, 2));
 	assert_ok(post_recv1(&p->s, 512, 256, 3));
 	establish(p);
-	if (strcmp(prov_attr(p->c.ia, DAT_IB_ATTR_IMMED_DATA), "TRUE")) {
+	if (strcmp(ia_prov_attr(p->c.ia, DAT_IB_ATTR_IMMED_DATA), "TRUE")) {
 		/* what the IA reports is what it does */
 		assert_err(dat_ib_post_rdma_write_immed(p->c.ep, 2, l, ck(0x9999), &r,
 							0xabcd1234u, DAT_COMPLETION_DEFAULT_FLAG),
@@ -561,7 +549,7 @@ static void test_not_implemented(void **state)
 	DAT_UINT32 msize = 0;
 
 	establish(p);
-	if (!prov_attr(p->c.ia, DAT_IB_ATTR_CMP_AND_SWAP)) {	/* no native atomics */
+	if (!ia_prov_attr(p->c.ia, DAT_IB_ATTR_CMP_AND_SWAP)) {	/* no native atomics */
 		assert_err(dat_ib_post_cmp_and_swap(p->c.ep, 1, 2, &l, ck(1), &r,
 						    DAT_COMPLETION_DEFAULT_FLAG),
 			   DAT_NOT_IMPLEMENTED);
@@ -598,7 +586,7 @@ static void test_atomics(void **state)
 	DAT_RMR_TRIPLET r = rseg(&p->s, 8192, 8), odd = rseg(&p->s, 8193, 8);
 	DAT_EP_HANDLE dead;
 
-	if (!prov_attr(p->c.ia, DAT_IB_ATTR_CMP_AND_SWAP))
+	if (!ia_prov_attr(p->c.ia, DAT_IB_ATTR_CMP_AND_SWAP))
 		skip();
 	watchdog("test_atomics", 30);
 	establish(p);
@@ -713,7 +701,7 @@ static void test_atomic_counter_4_peers(void **state)
 	unsigned n = atom_n();
 	struct sockaddr_in sa;
 
-	if (!prov_attr(p->c.ia, DAT_IB_ATTR_FETCH_AND_ADD))
+	if (!ia_prov_attr(p->c.ia, DAT_IB_ATTR_FETCH_AND_ADD))
 		skip();
 	watchdog("test_atomic_counter_4_peers", 240 + n / 500);
 	seen = calloc((size_t)ATOM_PEERS * n, sizeof(*seen));
@@ -953,7 +941,7 @@ static void test_open_close_query(void **state)
 
 static bool ud_served(DAT_IA_HANDLE ia)
 {
-	const char *v = prov_attr(ia, DAT_IB_ATTR_UD);
+	const char *v = ia_prov_attr(ia, DAT_IB_ATTR_UD);
 
 	return v && strcmp(v, "TRUE") == 0;
 }
