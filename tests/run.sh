@@ -389,9 +389,9 @@ if [ "$scope" = all ] && [ "$variant" = plain ] && [ -x tests/fabsim/run.sh ]; t
 	done
 	FI_PROVIDER_PATH=$sim IB_TEST_IA=ofi-sim-efa run test_api_ib-sim-efa-write-immed 120 \
 		"$B/tests/test_api_ib" 'test_write_immed*'
-	skip=test_rdma_write_then_send_visibility
-	[ "$level" = all ] && skip=""
-	FI_PROVIDER_PATH=$sim CONN_TEST_IA=ofi-sim-psm3 CONN_TEST_SKIP=$skip run \
+	vis_off=test_rdma_write_then_send_visibility
+	[ "$level" = all ] && vis_off=""
+	FI_PROVIDER_PATH=$sim CONN_TEST_IA=ofi-sim-psm3 CONN_TEST_SKIP=$vis_off run \
 		test_api_conn-sim-psm3 300 "$B/tests/test_api_conn"
 	for t in ib srq srq_peer upcall cancel limits; do
 		FI_PROVIDER_PATH=$sim IB_TEST_IA=ofi-sim-psm3 DFI_TEST_IA=ofi-sim-psm3 \
