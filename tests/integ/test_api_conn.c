@@ -38,6 +38,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <net/if.h>
+#include <sched.h>
+#include <sys/ioctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -2051,6 +2054,118 @@ static pid_t spawn_peer(DAT_CONN_QUAL port, const char *mode)
 		_exit(127);
 	}
 	return pid;
+}
+
+/*
+ * A connect to a port of this host that nobody listens on meets itself
+ * when the kernel picks that very port as the connecting socket's own (TCP
+ * simultaneous open): a port from dat_psp_create_any is ephemeral, and
+ * test_send_after_peer_rejected connects to one just freed (seen once in
+ * make check: NON_PEER_REJECTED).  A refusal, as any connect that nobody
+ * takes.  Forced in a child in a network namespace of its own, whose
+ * ephemeral range is that one port (outside the default range, once its IA
+ * is open: its own sockets take theirs before); root only.
+ */
+#define SELF_PORT 20123
+
+static int one_ephemeral_port(void)
+{
+	char range[32];
+	FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "w");
+	int rc;
+
+	if (!f)
+		return -1;
+	snprintf(range, sizeof(range), "%u %u\n", SELF_PORT, SELF_PORT);
+	rc = fputs(range, f) < 0;
+	return fclose(f) || rc ? -1 : 0;
+}
+
+static int meets_itself_main(void)
+{
+	struct side c;
+	DAT_EVENT ev;
+	DAT_RETURN rc;
+
+	memset(&ev, 0, sizeof(ev));
+	alarm(30);
+	rc = side_open(&c, "client");
+	if (rc == DAT_SUCCESS && one_ephemeral_port()) {
+		fprintf(stderr, "cannot set the namespace's ephemeral ports: %s\n", strerror(errno));
+		_exit(77);
+	}
+	if (rc == DAT_SUCCESS)
+		rc = connect_to(c.ep, SELF_PORT, NULL, 0);
+	if (rc == DAT_SUCCESS)
+		rc = wait_ev(c.conn, 10000, &ev);
+	if (rc != DAT_SUCCESS || ev.event_number != DAT_CONNECTION_EVENT_PEER_REJECTED) {
+		fprintf(stderr, "the connect to port %u, its own: 0x%08x, event 0x%x (expected "
+			"DAT_CONNECTION_EVENT_PEER_REJECTED, 0x%x)\n", SELF_PORT, (unsigned)rc,
+			(unsigned)ev.event_number, (unsigned)DAT_CONNECTION_EVENT_PEER_REJECTED);
+		_exit(1);
+	}
+	_exit(0);
+}
+
+/* In the child, before it runs the test's side: a network namespace of
+ * its own, lo up. */
+static int own_netns(void)
+{
+	struct ifreq ifr;
+	int fd, rc;
+
+	if (unshare(CLONE_NEWNET))
+		return -1;
+	fd = socket(AF_INET, SOCK_DGRAM, 0);
+	if (fd < 0)
+		return -1;
+	memset(&ifr, 0, sizeof(ifr));
+	snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "lo");
+	rc = ioctl(fd, SIOCGIFFLAGS, &ifr);
+	ifr.ifr_flags |= IFF_UP;
+	if (!rc)
+		rc = ioctl(fd, SIOCSIFFLAGS, &ifr);
+	close(fd);
+	return rc ? -1 : 0;
+}
+
+static void test_connect_meets_itself(void **state)
+{
+	char self[PATH_MAX];
+	ssize_t sl = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	int status;
+	pid_t pid;
+
+	(void)state;
+	watchdog(__func__, 60);
+	if (geteuid() != 0) {
+		print_message("# skipped: a network namespace of its own needs root\n");
+		skip();
+	}
+	assert_true(sl > 0);
+	self[sl] = '\0';
+	fflush(stdout);
+	fflush(stderr);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		char *argv[] = { self, (char *)"--meets-itself", NULL };
+
+		if (own_netns())
+			_exit(77);
+		execve(self, argv, environ);
+		_exit(127);
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	alarm(0);
+	if (WIFEXITED(status) && WEXITSTATUS(status) == 77) {
+		print_message("# skipped: no network namespace of its own here\n");
+		skip();
+	}
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+		fail_msg("a connect to a port of this host nobody listens on, that the kernel "
+			 "made its own: not PEER_REJECTED (status 0x%x; the child's line above)",
+			 (unsigned)status);
 }
 
 /* A killed peer on libfabric shm leaves its endpoints' regions behind
@@ -6186,7 +6301,10 @@ int main(int argc, char **argv)
 		/* sends on a disconnected EP (last: a crash there takes the run) */
 		TP(test_send_after_disconnect),
 		TP(test_send_after_peer_rejected),
+		cmocka_unit_test(test_connect_meets_itself),
 	};
+	if (argc == 2 && strcmp(argv[1], "--meets-itself") == 0)
+		return meets_itself_main();
 	if (argc == 4 && strcmp(argv[1], "--peer-child") == 0)
 		return peer_child_main(argv[2], argv[3]);
 	watchdog_install();

@@ -735,12 +735,33 @@ static void on_readable(struct dfi_rcm_conn *c)
 	}
 }
 
+/*
+ * A connect to a port of this host that nobody listens on meets itself
+ * when the kernel picks that very port as the connecting socket's own (TCP
+ * simultaneous open): a port from dat_psp_create_any is an ephemeral one,
+ * freed, then connected to.  The REQ would come back as the peer's answer;
+ * nobody listened, so it is a refusal (test_connect_meets_itself).
+ */
+static bool self_connected(int fd)
+{
+	struct sockaddr_in a, b;
+	socklen_t la = sizeof(a), lb = sizeof(b);
+
+	return getsockname(fd, (struct sockaddr *)&a, &la) == 0 &&
+	       getpeername(fd, (struct sockaddr *)&b, &lb) == 0 && la == lb &&
+	       a.sin_port == b.sin_port && a.sin_addr.s_addr == b.sin_addr.s_addr;
+}
+
 static void on_connected(struct dfi_rcm_conn *c)
 {
 	int err = 0;
 	socklen_t len = sizeof(err);
 
-	if (getsockopt(c->s.fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0) {
+	if (getsockopt(c->s.fd, SOL_SOCKET, SO_ERROR, &err, &len))
+		err = ECONNRESET;
+	else if (!err && self_connected(c->s.fd))
+		err = ECONNREFUSED;
+	if (!err) {
 		c->state = C_WAIT_REP;
 		want_out(c, false);
 		err = flush_tx(c);	/* the REQ, queued at the connect */
