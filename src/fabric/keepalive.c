@@ -14,7 +14,7 @@ static int set_opt(int fd, int level, int name, int val)
 	return setsockopt(fd, level, name, &val, sizeof(val));
 }
 
-int dfi_sock_keepalive(int fd, unsigned timeout_ms)
+static int arm(int fd, unsigned timeout_ms, bool idle_socket)
 {
 	/* The first probe after half the timeout of silence, then one a
 	 * tenth apart: the user timeout ends it (once a probe is out) at most
@@ -25,6 +25,15 @@ int dfi_sock_keepalive(int fd, unsigned timeout_ms)
 		idle = 1;
 	if (intvl < 1)
 		intvl = 1;
+	/* An idle socket's last word from the peer may be the answer to a
+	 * probe before an outage: the kernel kills it at the first probe
+	 * time past the timeout, before that probe goes, so one that would
+	 * find the peer back is never sent (a link down for 1 s, over two
+	 * probes of a 3 s timeout, ended idle connections).  There the
+	 * user timeout is one interval later: the peer is silent for the
+	 * timeout, and a probe after it went unanswered. */
+	if (idle_socket)
+		timeout_ms += (unsigned)intvl * 1000u;
 	/* no TCP_KEEPCNT: with a user timeout the kernel counts time, not
 	 * probes */
 	if (set_opt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, (int)timeout_ms) ||
@@ -37,6 +46,16 @@ int dfi_sock_keepalive(int fd, unsigned timeout_ms)
 		return -err;
 	}
 	return 0;
+}
+
+int dfi_sock_keepalive(int fd, unsigned timeout_ms)
+{
+	return arm(fd, timeout_ms, false);
+}
+
+int dfi_sock_keepalive_idle(int fd, unsigned timeout_ms)
+{
+	return arm(fd, timeout_ms, true);
 }
 
 /* The kernel's TCP_CLOSE (include/net/tcp_states.h), which no user

@@ -12,6 +12,10 @@
 /* End the connection when the peer stays silent for timeout_ms, data in
  * flight or not.  0 or -errno (logged). */
 int dfi_sock_keepalive(int fd, unsigned timeout_ms);
+/* The same for a socket that carries little but probes (the RDM backend's
+ * control channels): ended one probe interval later, so that a probe sent
+ * after an outage shorter than the timeout gets its answer. */
+int dfi_sock_keepalive_idle(int fd, unsigned timeout_ms);
 /* After the socket ended: the kernel gave up on a silent peer (segments
  * or probes unanswered, or a window shut for the whole timeout), rather
  * than the peer closing or resetting it. */

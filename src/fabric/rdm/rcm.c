@@ -821,7 +821,7 @@ static void on_listener(struct dfi_rcm_lis *l)
 		}
 		(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &(int){ 1 }, sizeof(int));
 		if (l->cm->timeout_ms)
-			(void)dfi_sock_keepalive(fd, l->cm->timeout_ms);
+			(void)dfi_sock_keepalive_idle(fd, l->cm->timeout_ms);
 		c->lis = l;
 		c->from = from;
 		c->state = C_WAIT_REQ;
@@ -1073,7 +1073,7 @@ int dfi_rcm_connect(struct dfi_rcm *cm, const struct sockaddr_in *dest, uint64_t
 	(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &(int){ 1 }, sizeof(int));
 	/* from the IA's address: its interface, as the MSG backend's */
 	if (bind(fd, (struct sockaddr *)&src, sizeof(src)) ||
-	    (cm->timeout_ms && dfi_sock_keepalive(fd, cm->timeout_ms) < 0)) {
+	    (cm->timeout_ms && dfi_sock_keepalive_idle(fd, cm->timeout_ms) < 0)) {
 		err = errno;
 		close(fd);
 		return -err;
