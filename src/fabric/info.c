@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <ifaddrs.h>
 #include <netdb.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -131,12 +132,30 @@ static struct fi_info *provider_offer(const char *prov, const char *domain)
 	return info;
 }
 
+/* One more reason into why (n bytes used of len). */
+static void __attribute__((format(printf, 4, 5)))
+why_add(char *why, size_t len, size_t *n, const char *fmt, ...)
+{
+	va_list ap;
+	int k;
+
+	k = snprintf(why + *n, len - *n, "%s", *n ? "; " : ": ");
+	if (k > 0 && (size_t)k < len - *n)
+		*n += (size_t)k;
+	va_start(ap, fmt);
+	k = vsnprintf(why + *n, len - *n, fmt, ap);
+	va_end(ap);
+	if (k > 0 && (size_t)k < len - *n)
+		*n += (size_t)k;
+}
+
 /* Why an offer of `prov` is not one dapl-ofi takes, as far as it can say,
  * into why (": ..., not served yet", or "" if nothing it knows of): short,
  * as it ends an error line of at most 384 bytes. */
 static void offer_explain(const struct fi_info *offer, char *why, size_t len)
 {
 	const struct fi_info *i;
+	uint64_t mode;
 	size_t n = 0;
 
 	why[0] = '\0';
@@ -145,31 +164,20 @@ static void offer_explain(const struct fi_info *offer, char *why, size_t len)
 		;
 	if (!i)
 		return;
-#define WHY(...)								\
-	do {									\
-		int k_ = snprintf(why + n, len - n, "%s", n ? "; " : ": ");	\
-		if (k_ > 0 && (size_t)k_ < len - n)				\
-			n += (size_t)k_;					\
-		k_ = snprintf(why + n, len - n, __VA_ARGS__);			\
-		if (k_ > 0 && (size_t)k_ < len - n)				\
-			n += (size_t)k_;					\
-	} while (0)
+	mode = i->mode | i->tx_attr->mode | i->rx_attr->mode;
 	if (i->ep_attr->type == FI_EP_RDM && !(i->tx_attr->msg_order & FI_ORDER_SAS))
-		WHY("no FI_ORDER_SAS (messages out of order)");
+		why_add(why, len, &n, "no FI_ORDER_SAS (messages out of order)");
 	if (i->domain_attr->mr_mode & FI_MR_ENDPOINT)
-		WHY("FI_MR_ENDPOINT registrations");
+		why_add(why, len, &n, "FI_MR_ENDPOINT registrations");
 	if (!(i->domain_attr->mr_mode & (FI_MR_VIRT_ADDR | FI_MR_BASIC)) &&
 	    (i->domain_attr->mr_mode & FI_MR_SCALABLE))
-		WHY("remote memory by offset only (FI_MR_SCALABLE)");
-	if ((i->mode | i->tx_attr->mode | i->rx_attr->mode) & FI_ASYNC_IOV)
-		WHY("mode FI_ASYNC_IOV");
-	else if ((i->mode | i->tx_attr->mode | i->rx_attr->mode) &
-		 ~(uint64_t)(FI_CONTEXT | FI_CONTEXT2 | FI_LOCAL_MR))
-		WHY("mode 0x%llx",
-		    (unsigned long long)(i->mode | i->tx_attr->mode | i->rx_attr->mode));
+		why_add(why, len, &n, "remote memory by offset only (FI_MR_SCALABLE)");
+	if (mode & FI_ASYNC_IOV)
+		why_add(why, len, &n, "mode FI_ASYNC_IOV");
+	else if (mode & ~(uint64_t)(FI_CONTEXT | FI_CONTEXT2 | FI_LOCAL_MR))
+		why_add(why, len, &n, "mode 0x%llx", (unsigned long long)mode);
 	if (n && n + 32 < len)
 		snprintf(why + n, len - n, ", not served yet");
-#undef WHY
 }
 
 /* Providers that carry every connection to a peer on one TCP stream and
