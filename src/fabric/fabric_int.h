@@ -176,6 +176,9 @@ int dfi_rma_msg(struct fid_ep *ep, const struct dfi_sge *sg, int n, fi_addr_t ad
 		uint64_t raddr, uint32_t rkey, void *ctx, bool write, uint64_t flags);
 /* An inject's segments copied into buf: their length, or -EMSGSIZE. */
 ssize_t dfi_gather(const struct dfi_sge *sg, int n, void *buf, size_t cap);
+/* Its reverse: len bytes of buf into the segments, in order, as far as
+ * they go (a receive received into a buffer of the backend's). */
+void dfi_scatter(const void *buf, size_t len, const struct dfi_sge *sg, int n);
 /* A native 8-byte atomic (dfi_post_atomic's), libfabric's result. */
 ssize_t dfi_atomic(struct fid_ep *ep, fi_addr_t addr, enum dfi_atomic_op op,
 		   const uint64_t *operand, const uint64_t *compare, uint64_t *result,

@@ -42,6 +42,18 @@ ssize_t dfi_gather(const struct dfi_sge *sg, int n, void *buf, size_t cap)
 	return (ssize_t)off;
 }
 
+void dfi_scatter(const void *buf, size_t len, const struct dfi_sge *sg, int n)
+{
+	size_t off = 0;
+
+	for (int i = 0; i < n && off < len; i++) {
+		size_t k = sg[i].len < len - off ? sg[i].len : len - off;
+
+		memcpy(sg[i].addr, (const uint8_t *)buf + off, k);
+		off += k;
+	}
+}
+
 ssize_t dfi_atomic(struct fid_ep *ep, fi_addr_t addr, enum dfi_atomic_op op,
 		   const uint64_t *operand, const uint64_t *compare, uint64_t *result,
 		   struct dfi_mr *result_mr, uint64_t raddr, uint32_t rkey, void *ctx)

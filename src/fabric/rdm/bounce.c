@@ -74,17 +74,12 @@ void rdm_bounce_drop(struct rdm_fabric *rf, struct rdm_bounce *b)
 void rdm_bounce_done(struct rdm_fabric *rf, struct dfi_comp *c)
 {
 	struct rdm_bounce *b = BOUNCE_OF(c->ctx);
-	size_t left = c->len < b->len ? c->len : b->len, off = 0;
 
 	pthread_mutex_lock(&rf->lock);
 	unlink_bounce(b);
 	pthread_mutex_unlock(&rf->lock);
-	for (int i = 0; !c->err && i < b->n && off < left; i++) {
-		size_t k = b->sg[i].len < left - off ? b->sg[i].len : left - off;
-
-		memcpy(b->sg[i].addr, b->buf + off, k);
-		off += k;
-	}
+	if (!c->err)
+		dfi_scatter(b->buf, c->len < b->len ? c->len : b->len, b->sg, b->n);
 	c->ctx = b->ctx;
 	free(b);
 }

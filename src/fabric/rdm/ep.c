@@ -940,7 +940,7 @@ static int rdm_fep_shutdown(struct dfi_fep *fe)
 static void rdm_fep_cancel(struct dfi_fep *fe, void *ctx)
 {
 	(void)fi_cancel(&RDM_FEP(fe)->ep->fid, ctx);
-	if (RDM_FEP(fe)->rf->rx_iov < DFI_MAX_SGE)
+	if (RDM_FEP(fe)->rf->rx_iov < RDM_FEP(fe)->rf->f->lim.rx_iov_limit)
 		rdm_bounce_cancel(RDM_FEP(fe), ctx);	/* or the bounce posted for it */
 }
 

@@ -247,14 +247,9 @@ static void route(struct rdm_srx *x, struct rdm_srx_rec *r, uint64_t tag, struct
 	}
 	c->ctx = r->ctx;
 	if (r->bounce) {
-		size_t left = c->len < r->bounce_len ? c->len : r->bounce_len, off = 0;
-
-		for (int i = 0; !c->err && i < r->n && off < left; i++) {
-			size_t k = r->sg[i].len < left - off ? r->sg[i].len : left - off;
-
-			memcpy(r->sg[i].addr, r->bounce + off, k);
-			off += k;
-		}
+		if (!c->err)
+			dfi_scatter(r->bounce, c->len < r->bounce_len ? c->len : r->bounce_len,
+				    r->sg, r->n);
 		free(r->bounce);
 		r->bounce = NULL;
 	}
